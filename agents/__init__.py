@@ -1,0 +1,9 @@
+"""Narrator and player agents. Installed as `ncpbench.agents`.
+
+Agents never import auditors: a narrator must not see how it is judged.
+"""
+
+from ncpbench.agents.callable import as_narrator
+from ncpbench.agents.scripted import ATTACKS, ReplayNarrator, ReplayPlayer, ScriptedPlayer
+
+__all__ = ["ATTACKS", "ReplayNarrator", "ReplayPlayer", "ScriptedPlayer", "as_narrator"]

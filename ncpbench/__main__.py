@@ -1,0 +1,5 @@
+import sys
+
+from ncpbench.cli import main
+
+sys.exit(main())

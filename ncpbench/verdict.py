@@ -1,0 +1,70 @@
+"""What an audit returns: conflicts with quoted evidence, and the state changes a reply makes.
+
+Pure data shared by the env, the auditors and the records.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ncpbench.commitments import CommitmentUpdate
+from ncpbench.ledger import FactDiff
+
+
+class ConflictKind(StrEnum):
+    FACT = "fact"
+    COMMITMENT = "commitment"
+    PLAYER_INPUT = "player_input"
+
+
+class Conflict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: ConflictKind
+    target: str | None = None
+    """The id broken: a fact id (fact), a commitment id (commitment), none (player input)."""
+    evidence: str
+    """A quote from the narrator's reply."""
+    reason: str
+    grounded: bool = True
+    """False when the quote was not found in the reply (the double check must resolve it)."""
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: Usage) -> Usage:
+        return Usage(prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+                     completion_tokens=self.completion_tokens + other.completion_tokens,
+                     calls=self.calls + other.calls)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Verdict(BaseModel):
+    """The auditors' judgement of one narrator reply."""
+
+    model_config = ConfigDict(frozen=True)
+
+    conflicts: list[Conflict] = Field(default_factory=list)
+    """Confirmed conflicts: any one ends the episode as CONFLICT."""
+    overturned: list[Conflict] = Field(default_factory=list)
+    """Conflicts the first check claimed and the double check overturned (kept for the record)."""
+    fact_diff: FactDiff = Field(default_factory=FactDiff)
+    completed_nodes: list[str] = Field(default_factory=list)
+    commitment_updates: list[CommitmentUpdate] = Field(default_factory=list)
+    usage: dict[str, Usage] = Field(default_factory=dict)
+    """Token usage per auditor stage."""
+
+    @property
+    def is_conflict(self) -> bool:
+        return bool(self.conflicts)
+
+    def conflict_kinds(self) -> set[ConflictKind]:
+        return {c.kind for c in self.conflicts}

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ncpbench.registry import bundled_slugs
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ncpbench", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_list_shows_every_bundled_environment_with_counts() -> None:
+    out = run("list")
+    assert out.returncode == 0, out.stderr
+    assert f"{len(bundled_slugs())} environments" in out.stdout
+    assert "iron-man" in out.stdout and "Tony Stark" in out.stdout
+
+
+def test_show_prints_an_env_card() -> None:
+    out = run("show", "iron-man")
+    assert out.returncode == 0, out.stderr
+    for text in ("env card", "ncpbench/IronMan-v0", "player role", "first plot node", "achievement c_"):
+        assert text in out.stdout
+
+
+def test_unknown_slug_is_one_line_and_exit_2() -> None:
+    out = run("show", "no-such-film")
+    assert out.returncode == 2
+    assert "no environment 'no-such-film'" in out.stderr and "Traceback" not in out.stderr
