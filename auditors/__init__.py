@@ -3,6 +3,7 @@
 Auditors never import agents: the judge must not depend on the judged.
 """
 
+from ncpbench.auditors.pipeline import LLMAuditor
 from ncpbench.auditors.scripted import ReplayAuditor
 
-__all__ = ["ReplayAuditor"]
+__all__ = ["LLMAuditor", "ReplayAuditor"]

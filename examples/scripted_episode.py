@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import ncpbench
 from ncpbench.agents import ReplayNarrator, ScriptedPlayer
 from ncpbench.auditors import ReplayAuditor
+
+import ncpbench
 
 REPLIES = [
     "Sand and heat. The convoy rolls through the Kunar hills while Tony Stark jokes with the soldiers.",
@@ -25,11 +26,11 @@ REPLIES = [
 def main() -> None:
     env = ncpbench.make("iron-man", player=ScriptedPlayer(), auditor=ReplayAuditor(advance=True), max_turns=3)
     narrator = ReplayNarrator(REPLIES)
-    obs, info = env.reset(seed=7)
+    _, info = env.reset(seed=7)
     terminated = truncated = False
     while not (terminated or truncated):
         reply = narrator.narrate(info["narrator_request"])
-        obs, reward, terminated, truncated, info = env.step(reply)
+        _obs, reward, terminated, truncated, info = env.step(reply)
         print(f"[turn {info['turn']}] Narrator: {reply}")
         if info["player_action"]:
             print(f"[turn {info['turn'] + 1}] Tony Stark: {info['player_action']}")

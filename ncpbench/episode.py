@@ -1,0 +1,58 @@
+"""Playing one episode to its end: the loop every runner shares.
+
+Infrastructure failures (an endpoint that kept failing, output that stayed invalid, a verdict
+that cannot apply) end the episode as an ERROR outcome with a redacted reason; they never
+escape to the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ncpbench.env import AuditError, NarrativeEnv, resolve
+from ncpbench.logs import get_logger
+from ncpbench.models.client import InvalidOutputError, ModelCallError, redact
+from ncpbench.protocols import Narrator
+from ncpbench.record import EpisodeRecord
+
+log = get_logger("ncpbench.episode")
+StepCallback = Callable[[NarrativeEnv, dict[str, Any]], None]
+
+
+def describe_failure(error: BaseException) -> str:
+    return redact(f"{type(error).__name__}: {error}")[:500]
+
+
+async def play_episode(
+    env: NarrativeEnv,
+    narrator: Narrator,
+    *,
+    seed: int = 0,
+    replicate: int = 0,
+    config: dict[str, Any] | None = None,
+    on_step: StepCallback | None = None,
+    resume: dict[str, Any] | None = None,
+) -> EpisodeRecord:
+    """Run until CONFLICT, SUCCESS, SURVIVAL or ERROR; `resume` continues from a snapshot."""
+    if resume is not None:
+        env.reset(seed=seed)
+        env.restore(resume)
+        info: dict[str, Any] = {"narrator_request": env.narrator_view()}
+    else:
+        _, info = env.reset(seed=seed)
+    try:
+        while not env.state.done:
+            reply = await resolve(narrator.narrate(info["narrator_request"]))
+            _, _, terminated, truncated, info = await env.astep(reply)
+            if on_step is not None:
+                on_step(env, info)
+            if terminated or truncated:
+                break
+    except (ModelCallError, InvalidOutputError, AuditError, TimeoutError) as e:
+        env.fail(describe_failure(e))
+        log.warning("episode_error", env=env.story.key, replicate=replicate, error=env.error)
+    except Exception as e:  # a bug in a plugged-in agent must not take a batch down either
+        env.fail(describe_failure(e))
+        log.error("episode_crash", env=env.story.key, replicate=replicate, error=env.error)
+    return env.record(replicate=replicate, config=config)

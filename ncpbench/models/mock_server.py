@@ -1,0 +1,288 @@
+"""A loopback OpenAI-compatible server for tests, dry runs and benchmarks.
+
+`/v1/chat/completions` answers each role plausibly from the request itself:
+- the player (system prompt "You are playing ..."): a short first-person action;
+- the narrator ("You are the narrator ..."): a reply that acknowledges the action and narrates
+  the trigger event of the plot point it was asked to advance;
+- an auditor stage (its prompt names `Audit stage: NAME`): JSON valid for that stage's schema.
+  No conflict by default; `conflict_turns` plants one (quoting the reply), `overturn_turns` makes
+  the double check overturn it; `advance_every` completes the first frontier node every N turns.
+
+Faults are injected with probability `fault_rate`, seeded: 429 with Retry-After, 500, timeout
+(the server hangs), connection reset, malformed JSON body, truncated JSON content, empty
+content, and JSON that misses the schema. Standard library only, so it runs anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULT_KINDS = ("429", "500", "timeout", "reset", "malformed", "truncated", "empty", "schema_miss")
+CONTENT_FAULTS = {"truncated", "empty", "schema_miss"}
+
+
+@dataclass
+class MockConfig:
+    latency_ms: float = 0.0
+    """Fixed latency added to every answer."""
+    fault_rate: float = 0.0
+    """Share of requests that fail (in one of `fault_kinds`)."""
+    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    seed: int = 0
+    conflict_turns: frozenset[int] = frozenset()
+    """Turns at which the conflict check reports a conflict."""
+    conflict_kind: str = "fact"
+    overturn_turns: frozenset[int] = frozenset()
+    """Turns at which the double check overturns the claimed conflict."""
+    advance_every: int = 1
+    """Complete the first frontier node every N turns (0 = never)."""
+    hang_s: float = 5.0
+    """How long a `timeout` fault hangs before answering."""
+    retry_after_s: float = 0.05
+
+
+@dataclass
+class MockStats:
+    requests: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    roles: dict[str, int] = field(default_factory=dict)
+
+
+_STAGE = re.compile(r"Audit stage: (\w+)")
+_TURN = re.compile(r"^Turn: (\d+)", re.M)
+_FRONTIER = re.compile(r"^Frontier: (.*)$", re.M)
+_FACT = re.compile(r"^- (f_\d+): ", re.M)
+_REPLY = re.compile(r"<narrator_reply>\n?(.*?)\n?</narrator_reply>", re.S)
+_CLAIMS = re.compile(r"^Claim (\d+):", re.M)
+_ACTION = re.compile(r"now does: (.*)$", re.M)
+_TRIGGER = re.compile(r"It happens when: (.*)$", re.M)
+_ROLE = re.compile(r"You are playing (.+?) in ")
+
+PLAYER_LINES = [
+    "I try the nearest door and step through before anyone can stop me.",
+    "I ask the person beside me what they are hiding, and I do not look away.",
+    "I pocket the closest useful object and head for the exit.",
+    "I announce that I already know how this ends, and act on it.",
+    "I wait, watch, and listen for anything that gives the game away.",
+]
+
+
+def _text(messages: list[dict[str, Any]]) -> tuple[str, str]:
+    system = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+    user = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") != "system")
+    return system, user
+
+
+def answer_for(body: dict[str, Any], cfg: MockConfig) -> tuple[str, str]:
+    """(role, content) for a chat request."""
+    messages = body.get("messages") or []
+    system, user = _text(messages)
+    stage = _STAGE.search(system + "\n" + user)
+    if stage:
+        return "auditor", json.dumps(_audit(stage.group(1), user, cfg))
+    if "You are the narrator" in system:
+        action = _ACTION.search(user)
+        trigger = _TRIGGER.search(user)
+        lines = []
+        if action:
+            lines.append(f"You {action.group(1).removeprefix('I ').rstrip('.')}, and the world answers in kind.")
+        else:
+            lines.append("The story opens in a quiet moment before everything changes.")
+        if trigger:
+            lines.append(trigger.group(1).strip())
+        return "narrator", " ".join(lines)
+    role = _ROLE.search(system)
+    seed = sum(map(ord, user)) % len(PLAYER_LINES)
+    who = role.group(1) if role else "someone"
+    return "player", PLAYER_LINES[seed] if who else PLAYER_LINES[0]
+
+
+def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
+    turn_m = _TURN.search(user)
+    turn = int(turn_m.group(1)) if turn_m else 0
+    reply_m = _REPLY.search(user)
+    reply = reply_m.group(1) if reply_m else ""
+    if stage == "fact_update":
+        return {"add": [], "negate": []}
+    if stage == "conflict_check":
+        if turn in cfg.conflict_turns and reply.strip():
+            facts = _FACT.findall(user)
+            quote = " ".join(reply.split()[:6])
+            return {"conflicts": [{"kind": cfg.conflict_kind, "target": facts[0] if facts and cfg.conflict_kind == "fact" else None,
+                                   "evidence": quote, "reason": "planted by the mock server's conflict schedule"}]}
+        return {"conflicts": []}
+    if stage == "double_check":
+        claims = [int(i) for i in _CLAIMS.findall(user)]
+        confirmed = turn not in cfg.overturn_turns
+        return {"decisions": [{"claim": i, "confirmed": confirmed,
+                               "reason": "confirmed by the mock" if confirmed else "overturned by the mock"}
+                              for i in claims]}
+    if stage == "trajectory_check":
+        frontier_m = _FRONTIER.search(user)
+        frontier = [s.strip() for s in frontier_m.group(1).split(",") if s.strip()] if frontier_m else []
+        advance = cfg.advance_every > 0 and turn % cfg.advance_every == 0
+        done = frontier[:1] if advance and frontier and frontier[0] != "(none)" else []
+        return {"completed": done, "evidence": "the reply narrates the trigger event" if done else ""}
+    if stage == "commitment_status":
+        return {"updates": []}
+    return {}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
+        return
+
+    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, json.dumps({"object": "list", "data": [
+                {"id": "default", "object": "model", "owned_by": "ncpbench-mock"}]}).encode())
+        elif self.path.rstrip("/").endswith("/stats"):
+            s = self.server.stats
+            self._send(200, json.dumps({"requests": s.requests, "faults": s.faults, "roles": s.roles}).encode())
+        else:
+            self._send(404, b'{"error": {"message": "not found"}}')
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, b'{"error": {"message": "not found"}}')
+            return
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            self._send(400, b'{"error": {"message": "request body is not JSON"}}')
+            return
+        cfg = self.server.config
+        fault = self.server.draw_fault()
+        if cfg.latency_ms:
+            time.sleep(cfg.latency_ms / 1000)
+        if fault == "429":
+            self._send(429, b'{"error": {"message": "rate limited", "type": "rate_limit"}}',
+                       {"Retry-After": f"{cfg.retry_after_s:g}"})
+            return
+        if fault == "500":
+            self._send(500, b'{"error": {"message": "internal error"}}')
+            return
+        if fault == "timeout":
+            time.sleep(cfg.hang_s)
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        if fault == "malformed":
+            self._send(200, b'{"id": "x", "choices": [{"message": {"content": ')
+            return
+        role, content = answer_for(body, cfg)
+        with self.server.lock:
+            self.server.stats.roles[role] = self.server.stats.roles.get(role, 0) + 1
+        if fault == "truncated":
+            content = content[: max(1, len(content) // 2)]
+        elif fault == "empty":
+            content = ""
+        elif fault == "schema_miss":
+            content = json.dumps({"unexpected": True}) if role == "auditor" else content
+        prompt_tokens = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
+        payload = {
+            "id": f"mock-{self.server.stats.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "default"),
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content) // 4,
+                      "total_tokens": prompt_tokens + len(content) // 4},
+        }
+        self._send(200, json.dumps(payload).encode())
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+    def __init__(self, addr: tuple[str, int], config: MockConfig) -> None:
+        super().__init__(addr, _Handler)
+        self.config = config
+        self.stats = MockStats()
+        self.lock = threading.Lock()
+        self.rng = random.Random(config.seed)
+
+    def draw_fault(self) -> str | None:
+        with self.lock:
+            self.stats.requests += 1
+            if self.config.fault_rate <= 0 or self.rng.random() >= self.config.fault_rate:
+                return None
+            kind = self.rng.choice(self.config.fault_kinds)
+            self.stats.faults[kind] = self.stats.faults.get(kind, 0) + 1
+            return kind
+
+
+class MockServer:
+    """`with MockServer(MockConfig(...)) as server: server.base_url` — runs in a daemon thread."""
+
+    def __init__(self, config: MockConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or MockConfig()
+        self._server = _Server((host, port), self.config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def stats(self) -> MockStats:
+        return self._server.stats
+
+    def start(self) -> MockServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="ncpbench-mock", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> MockServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_shared: MockServer | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_mock_server() -> MockServer:
+    """The in-process mock that `mock/...` models use when no base URL is given."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = MockServer().start()
+        return _shared
