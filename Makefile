@@ -1,10 +1,12 @@
-# Two entry points: `make demo` (the main job on the embedded default) and `make test`.
+# Two entry points: `make demo` (the main job on the embedded default model) and `make test`.
 # Each builds its own virtualenv on first use, so a fresh clone needs nothing else.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+DEMO_ENV ?= iron-man
+DEMO_TURNS ?= 3
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo demo-scripted test test-local lint typecheck clean
 
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +14,18 @@ $(VENV)/.dev: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-demo: $(VENV)/.dev
+# The local extra compiles llama-cpp-python from source the first time (about 8 minutes on 2 cores).
+$(VENV)/.local: $(VENV)/.dev
+	$(PY) -m pip install -q -e ".[dev,local]"
+	touch $@
+
+demo: $(VENV)/.local
+	$(VENV)/bin/ncpbench run $(DEMO_ENV) --turns $(DEMO_TURNS) \
+	  --narrator local/smollm2-135m --narrator-max-tokens 160 \
+	  --auditor local/smollm2-135m --player-mode scripted \
+	  --out runs/demo-$(DEMO_ENV).json
+
+demo-scripted: $(VENV)/.dev
 	$(PY) examples/scripted_episode.py
 
 lint: $(VENV)/.dev
@@ -23,6 +36,9 @@ typecheck: $(VENV)/.dev
 
 test: lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-local: $(VENV)/.local
+	$(PY) -m pytest -q -m local_model --run-local $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

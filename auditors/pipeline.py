@@ -19,10 +19,12 @@ from ncpbench.auditors import prompts
 from ncpbench.auditors.grounding import is_grounded
 from ncpbench.auditors.schemas import (
     ConflictCheckOutput,
+    Decision,
     DoubleCheckOutput,
     FactUpdateOutput,
     StatusOutput,
     TrajectoryOutput,
+    narrowed,
 )
 
 from ncpbench.commitments import CommitmentUpdate, Status
@@ -35,6 +37,10 @@ from ncpbench.verdict import Conflict, ConflictKind, Usage, Verdict
 MAX_NEW_FACTS = 12
 """A runaway fact update cannot flood the ledger."""
 MAX_TEXT = 600
+
+
+def _num(ident: str) -> int:
+    return int(ident.split("_")[1])
 
 
 class LLMAuditor:
@@ -73,8 +79,10 @@ class LLMAuditor:
                 problems.append(f"add: at most {MAX_NEW_FACTS} facts per reply")
             return problems
 
+        schema = narrowed(FactUpdateOutput, {("FactUpdateOutput", "negate"): sorted(active, key=_num)})
         out, u = await self.client.structured(self.role, prompts.messages("fact_update", req), FactUpdateOutput,
-                                              name="fact_update", check=check, salt=self._salt(req, "fact_update"))
+                                              name="fact_update", check=check, salt=self._salt(req, "fact_update"),
+                                              json_schema=schema)
         usage["fact_update"] = u
         adds = [a.strip()[:MAX_TEXT] for a in out.add if a.strip()]
         return FactDiff(add=adds, negate=list(dict.fromkeys(out.negate)))
@@ -84,18 +92,26 @@ class LLMAuditor:
         commitments = {c.id for c in req.spec.commitments}
 
         def check(out: ConflictCheckOutput) -> list[str]:
-            problems = []
-            for i, c in enumerate(out.conflicts):
-                if c.kind == "fact" and c.target not in facts and c.target is not None:
-                    problems.append(f"conflicts[{i}].target: {c.target!r} is not a fact id")
-                if c.kind == "commitment" and c.target not in commitments:
-                    problems.append(f"conflicts[{i}].target: {c.target!r} is not a commitment id")
-            return problems
+            return [f"conflicts[{i}].target: {c.target!r} is neither a fact id nor a commitment id"
+                    for i, c in enumerate(out.conflicts)
+                    if c.target is not None and c.target not in facts and c.target not in commitments]
 
+        def kind_of(kind: str, target: str | None) -> ConflictKind:
+            # The id settles the kind when they disagree: a claim naming c_N is about a commitment.
+            if target in commitments:
+                return ConflictKind.COMMITMENT
+            if target in facts:
+                return ConflictKind.FACT
+            return ConflictKind(kind) if kind != "commitment" else ConflictKind.PLAYER_INPUT
+
+        ids = sorted(facts, key=_num) + [c.id for c in req.spec.commitments]
+        schema = narrowed(ConflictCheckOutput, {("ClaimedConflict", "target"): ids}, {("ClaimedConflict", "target")})
         out, u = await self.client.structured(self.role, prompts.messages("conflict_check", req), ConflictCheckOutput,
-                                              name="conflict_check", check=check, salt=self._salt(req, "conflict_check"))
+                                              name="conflict_check", check=check, salt=self._salt(req, "conflict_check"),
+                                              json_schema=schema)
         usage["conflict_check"] = u
-        return [Conflict(kind=ConflictKind(c.kind), target=c.target if c.kind != "player_input" else None,
+        return [Conflict(kind=kind_of(c.kind, c.target),
+                         target=c.target if kind_of(c.kind, c.target) is not ConflictKind.PLAYER_INPUT else None,
                          evidence=c.evidence[:MAX_TEXT], reason=c.reason[:MAX_TEXT],
                          grounded=is_grounded(c.evidence, req.reply))
                 for c in out.conflicts]
@@ -106,23 +122,21 @@ class LLMAuditor:
             f"Claim {i}: kind={c.kind.value} target={c.target} quote found in reply: {'yes' if c.grounded else 'NO'}\n"
             f"  quote: {c.evidence}\n  reason: {c.reason}" for i, c in enumerate(claims, 1))
 
-        def check(out: DoubleCheckOutput) -> list[str]:
-            seen = [d.claim for d in out.decisions]
-            problems = [f"claim {n} does not exist" for n in seen if not 1 <= n <= len(claims)]
-            missing = [n for n in range(1, len(claims) + 1) if n not in seen]
-            if missing:
-                problems.append(f"decide every claim; missing {missing}")
-            return problems
-
+        schema = DoubleCheckOutput.model_json_schema()
+        schema["$defs"]["Decision"]["properties"]["claim"] = {"type": "integer", "enum": list(range(1, len(claims) + 1))}
+        schema["properties"]["decisions"].update(minItems=len(claims), maxItems=len(claims))
         out, u = await self.client.structured(self.role, prompts.messages("double_check", req, "Claims:\n" + listing),
-                                              DoubleCheckOutput, name="double_check", check=check,
+                                              DoubleCheckOutput, name="double_check", json_schema=schema,
                                               salt=self._salt(req, "double_check"))
         usage["double_check"] = u
-        decided = {d.claim: d for d in out.decisions}
+        decided: dict[int, Decision] = {}
+        for d in out.decisions:
+            decided.setdefault(d.claim, d)  # decisions on claims that do not exist are ignored
         confirmed: list[Conflict] = []
         overturned: list[Conflict] = []
         for i, claim in enumerate(claims, 1):
-            d = decided[i]
+            # The double check may narrow, never add: a claim it did not decide is not confirmed.
+            d = decided.get(i) or Decision(claim=i, confirmed=False, reason="no decision from the double check")
             evidence = d.evidence if d.evidence and is_grounded(d.evidence, req.reply) else claim.evidence
             grounded = is_grounded(evidence, req.reply)
             final = claim.model_copy(update={"evidence": evidence[:MAX_TEXT], "grounded": grounded,
@@ -142,7 +156,9 @@ class LLMAuditor:
             return []
         out, u = await self.client.structured(self.role, prompts.messages("trajectory_check", req), TrajectoryOutput,
                                               name="trajectory_check", check=check,
-                                              salt=self._salt(req, "trajectory_check"))
+                                              salt=self._salt(req, "trajectory_check"),
+                                              json_schema=narrowed(TrajectoryOutput, {
+                                                  ("TrajectoryOutput", "completed"): list(req.frontier)}))
         usage["trajectory_check"] = u
         return list(dict.fromkeys(out.completed))
 
@@ -156,7 +172,9 @@ class LLMAuditor:
             return []
         out, u = await self.client.structured(self.role, prompts.messages("commitment_status", req), StatusOutput,
                                               name="commitment_status", check=check,
-                                              salt=self._salt(req, "commitment_status"))
+                                              salt=self._salt(req, "commitment_status"),
+                                              json_schema=narrowed(StatusOutput, {
+                                                  ("StatusUpdate", "id"): sorted(pending, key=_num)}))
         usage["commitment_status"] = u
         return [CommitmentUpdate(id=x.id, status=Status(x.status), evidence=x.evidence[:10])
                 for x in out.updates if x.status == "SATISFIED"]

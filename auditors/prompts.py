@@ -57,11 +57,13 @@ def fence(reply: str) -> str:
     return f"<narrator_reply>\n{safe}\n</narrator_reply>"
 
 
-def context(stage: str, req: AuditRequest, *, recent: int = 6) -> str:
+def context(req: AuditRequest, *, recent: int = 6) -> str:
+    """The story state and the reply: identical for every stage of one audit, so it comes first and a
+    server that reuses a cached prompt prefix (llama.cpp does) evaluates it only once per turn."""
     spec, state = req.spec, req.state
     done = set(state.completed_nodes)
     statuses = {c.id: c.status.value for c in state.commitments.items}
-    lines = [f"Audit stage: {stage}", f"Story: {spec.meta.title}. The player's character is {spec.meta.player_role}.",
+    lines = [f"Story: {spec.meta.title}. The player's character is {spec.meta.player_role}.",
              f"Turn: {state.turn + 1 if req.player_action is not None else 0}",
              f"Frontier: {', '.join(req.frontier) or '(none)'}", "", "Active facts:"]
     lines += [f"- {f.id}: {f.content}" for f in state.ledger.active()]
@@ -83,6 +85,10 @@ def context(stage: str, req: AuditRequest, *, recent: int = 6) -> str:
     return "\n".join(lines)
 
 
+AUDITOR_SYSTEM = "You are an auditor of an interactive story told by a narrator to a player. " + DATA_RULE
+
+
 def messages(stage: str, req: AuditRequest, extra: str = "") -> list[dict[str, str]]:
-    user = context(stage, req) + ("\n\n" + extra if extra else "") + "\n\nAnswer with one JSON object only."
-    return [{"role": "system", "content": SYSTEMS[stage] + "\n\n" + DATA_RULE}, {"role": "user", "content": user}]
+    task = f"Audit stage: {stage}\n{SYSTEMS[stage]}"
+    user = context(req) + "\n\n" + task + ("\n\n" + extra if extra else "") + "\n\nAnswer with one JSON object only."
+    return [{"role": "system", "content": AUDITOR_SYSTEM}, {"role": "user", "content": user}]

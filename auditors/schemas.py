@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,43 +11,75 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+# Length caps are part of the schema: a grammar-constrained backend cannot run away, and any
+# other backend's runaway answer is invalid (and re-asked) instead of flooding the state.
+SHORT = 300
+
+
 class FactUpdateOutput(_Out):
-    add: list[str] = Field(description="New atomic facts the reply clearly establishes")
-    negate: list[str] = Field(description="Ids (f_N) of active facts the reply clearly makes false")
+    add: list[str] = Field(description="New atomic facts the reply clearly establishes", max_length=8)
+    negate: list[str] = Field(description="Ids (f_N) of active facts the reply clearly makes false", max_length=8)
 
 
 class ClaimedConflict(_Out):
     kind: Literal["fact", "commitment", "player_input"]
     target: str | None = Field(description="The fact id or commitment id broken; null for player_input")
-    evidence: str = Field(description="An exact quote from the narrator reply")
-    reason: str
+    evidence: str = Field(description="An exact quote from the narrator reply", max_length=SHORT)
+    reason: str = Field(max_length=SHORT)
 
 
 class ConflictCheckOutput(_Out):
-    conflicts: list[ClaimedConflict]
+    conflicts: list[ClaimedConflict] = Field(max_length=3)
 
 
 class Decision(_Out):
     claim: int = Field(description="The claim number being judged")
     confirmed: bool
-    reason: str
-    evidence: str | None = Field(default=None, description="A corrected exact quote, if the claim's quote was wrong")
+    reason: str = Field(max_length=SHORT)
+    evidence: str | None = Field(default=None, description="A corrected exact quote, if the claim's quote was wrong",
+                                 max_length=SHORT)
 
 
 class DoubleCheckOutput(_Out):
-    decisions: list[Decision]
+    decisions: list[Decision] = Field(max_length=4)
 
 
 class TrajectoryOutput(_Out):
-    completed: list[str] = Field(description="Ids of frontier nodes whose trigger and key delta both happened")
-    evidence: str = ""
+    completed: list[str] = Field(description="Ids of frontier nodes whose trigger and key delta both happened",
+                                 max_length=4)
+    evidence: str = Field(default="", max_length=SHORT)
 
 
 class StatusUpdate(_Out):
     id: str
     status: Literal["SATISFIED", "PENDING"]
-    evidence: list[str] = Field(default_factory=list, description="Fact ids or node ids that show it")
+    evidence: list[str] = Field(default_factory=list, description="Fact ids or node ids that show it", max_length=6)
 
 
 class StatusOutput(_Out):
-    updates: list[StatusUpdate]
+    updates: list[StatusUpdate] = Field(max_length=8)
+
+
+def narrowed(model: type[BaseModel], enums: dict[tuple[str, str], list[str]],
+             nullable: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset()
+             ) -> dict[str, Any]:
+    """`model`'s JSON schema with some string fields limited to the given values.
+
+    Keys are (definition name, property); the definition is `model` itself or one in its $defs.
+    A list property gets the enum on its items.
+    """
+    schema = model.model_json_schema()
+    for (definition, prop), values in enums.items():
+        target = schema if definition == model.__name__ else schema["$defs"][definition]
+        enum: dict[str, Any] = {"type": "string", "enum": values} if values else {"type": "null"}
+        if (definition, prop) in nullable and values:
+            enum = {"anyOf": [enum, {"type": "null"}]}
+        field = target["properties"][prop]
+        if field.get("type") == "array":
+            field["items"] = enum
+            if not values:
+                field["maxItems"] = 0
+        else:
+            description = field.get("description")
+            target["properties"][prop] = {**enum, **({"description": description} if description else {})}
+    return schema

@@ -104,9 +104,25 @@ async def run_one(slug: str, config: RunConfig, *, turns: int, seed: int, datase
             cache.close()
 
 
+LOCAL_NOTE = (
+    "note: {model} is a 135M-parameter smoke-test model running on this CPU; its stories and verdicts show the "
+    "machinery working and are not benchmark-grade. For real scores point each role at a real endpoint, e.g. "
+    "--narrator openai/gpt-4o-mini (OPENAI_API_KEY), --auditor openai/MODEL --auditor-base-url http://localhost:8000/v1 "
+    "(vLLM) or http://localhost:11434/v1 (Ollama).")
+
+
+def local_note(config: RunConfig) -> str | None:
+    local = [config.role(r).model for r in ROLES if config.role(r).provider == "local"
+             and not (r == "player" and config.player_mode == "scripted")]
+    return LOCAL_NOTE.format(model=local[0]) if local else None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     console = Console(highlight=False)
+    note = local_note(config)
+    if note:
+        console.print(f"[yellow]{escape(note)}[/]")
     if not args.quiet:
         console.print(f"[bold]{args.slug}[/] — narrator {config.narrator.model}, player "
                       f"{config.player.model if config.player_mode != 'scripted' else 'scripted'} ({config.player_mode}), "
@@ -117,6 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(f"[bold]outcome {record.outcome.value}[/] after {record.turns} turns; progress {record.progress:.0%}; "
                   f"satisfied {record.satisfied_share:.0%}; tokens {tokens}; calls {stats['calls']}"
                   + (f"; error: {escape(record.error)}" if record.error else ""))
+    if note and not args.quiet:
+        console.print("[yellow]reminder: tiny-model verdicts are not benchmark-grade.[/]")
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -193,6 +194,7 @@ class ModelClient:
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
         self.stats.calls += 1
         before = self.stats.attempts
+        started = time.perf_counter()
         async with self._limits[self.endpoint(role)]:
             try:
                 resp = await client.chat.completions.create(model=role.model_name, messages=list(messages),  # type: ignore[arg-type]
@@ -221,21 +223,28 @@ class ModelClient:
         if self.cache is not None and key is not None and text.strip():
             self.cache.put(key, {"text": text, "usage": usage.model_dump()})
         log.debug("model_call", model=role.model, prompt_tokens=usage.prompt_tokens,
-                  completion_tokens=usage.completion_tokens)
+                  completion_tokens=usage.completion_tokens, seconds=round(time.perf_counter() - started, 3))
         return Completion(text, usage)
 
-    def response_format(self, role: RoleConfig, schema: type[BaseModel], name: str) -> dict[str, Any] | None:
+    def response_format(self, role: RoleConfig, schema: type[BaseModel], name: str,
+                        json_schema: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        body = json_schema or schema_of(schema)
         mode = role.structured_mode()
         if mode == "json_schema":
-            return {"type": "json_schema", "json_schema": {"name": name, "schema": schema_of(schema)}}
+            return {"type": "json_schema", "json_schema": {"name": name, "schema": body}}
         if mode == "json_object":
-            return {"type": "json_object", "schema": schema_of(schema)}
+            return {"type": "json_object", "schema": body}
         return None
 
     async def structured(self, role: RoleConfig, messages: Sequence[Message], schema: type[M], *, name: str,
-                         check: Callable[[M], list[str]] | None = None, salt: str = "") -> tuple[M, Usage]:
-        """Ask for JSON matching `schema`; validate; re-ask with the problems at most `reasks` times."""
-        fmt = self.response_format(role, schema, name)
+                         check: Callable[[M], list[str]] | None = None, salt: str = "",
+                         json_schema: dict[str, Any] | None = None) -> tuple[M, Usage]:
+        """Ask for JSON matching `schema`; validate; re-ask with the problems at most `reasks` times.
+
+        `json_schema` narrows what is sent to the model (e.g. ids as enums of the ids that exist, so a
+        grammar-constrained backend can only name real ones); validation still uses `schema` + `check`.
+        """
+        fmt = self.response_format(role, schema, name, json_schema)
         convo = list(messages)
         usage = Usage()
         problems: list[str] = []
@@ -247,9 +256,13 @@ class ModelClient:
             usage = usage.add(completion.usage)
             problems = []
             try:
-                obj = schema.model_validate_json(extract_json(completion.text))
-            except ValidationError as e:
-                problems = [f"{'.'.join(str(x) for x in err['loc']) or 'answer'}: {err['msg']}" for err in e.errors()[:6]]
+                # strict=False: raw newlines inside strings are harmless, and small models emit them.
+                obj = schema.model_validate(json.loads(extract_json(completion.text), strict=False))
+            except json.JSONDecodeError as e:
+                problems = [f"answer is not valid JSON: {e.msg} at character {e.pos}"]
+            except (ValidationError, RecursionError) as e:
+                errs = e.errors()[:6] if isinstance(e, ValidationError) else [{"loc": (), "msg": "nested too deeply"}]
+                problems = [f"{'.'.join(str(x) for x in err['loc']) or 'answer'}: {err['msg']}" for err in errs]
             else:
                 problems = check(obj) if check else []
                 if not problems:
@@ -261,6 +274,6 @@ class ModelClient:
                 convo = [*convo, {"role": "assistant", "content": completion.text[:4000]},
                          {"role": "user", "content": "That answer cannot be used: " + "; ".join(problems)
                           + ". Answer again with one JSON object that follows the schema exactly, and nothing else.\n"
-                          + json.dumps(schema_of(schema))}]
+                          + json.dumps(json_schema or schema_of(schema))}]
         raise InvalidOutputError(f"{role.model}: invalid {name} output after {self.reasks} re-asks: "
                                  + "; ".join(problems)[:300])

@@ -86,9 +86,14 @@ def answer_for(body: dict[str, Any], cfg: MockConfig) -> tuple[str, str]:
     """(role, content) for a chat request."""
     messages = body.get("messages") or []
     system, user = _text(messages)
-    stage = _STAGE.search(system + "\n" + user)
-    if stage:
-        return "auditor", json.dumps(_audit(stage.group(1), user, cfg))
+    fmt = body.get("response_format") or {}
+    stage_name = (fmt.get("json_schema") or {}).get("name")
+    if stage_name is None:
+        # Our prompts put the stage after the fenced reply, so the last mention is the real one.
+        found = _STAGE.findall(system + "\n" + user)
+        stage_name = found[-1] if found else None
+    if stage_name:
+        return "auditor", json.dumps(_audit(stage_name, user, cfg))
     if "You are the narrator" in system:
         action = _ACTION.search(user)
         trigger = _TRIGGER.search(user)

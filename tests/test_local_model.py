@@ -1,0 +1,89 @@
+"""The embedded local model (opt-in: --run-local; needs the `local` extra)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from ncpbench.auditors.schemas import FactUpdateOutput
+
+from ncpbench import NarrativeEnv, Outcome
+from ncpbench.episode import play_episode
+from ncpbench.models.client import ModelClient
+from ncpbench.models.config import RoleConfig, RunConfig
+from ncpbench.models.local import LocalServer
+from ncpbench.roles import build_roles
+from ncpbench.spec import Spec
+
+pytestmark = pytest.mark.local_model
+LOCAL = RoleConfig(model="local/smollm2-135m", max_tokens=700, temperature=0.0, seed=0)
+NARRATOR = LOCAL.model_copy(update={"max_tokens": 100, "temperature": 0.7})
+
+
+def test_json_object_with_schema_is_grammar_constrained_and_parses() -> None:
+    with LocalServer() as server:
+        role = LOCAL.model_copy(update={"base_url": server.base_url, "structured": "json_object"})
+
+        async def go() -> FactUpdateOutput:
+            client = ModelClient()
+            try:
+                msgs = [{"role": "user", "content": "The door is now open. List new facts as JSON."}]
+                out, _ = await client.structured(role, msgs, FactUpdateOutput, name="fact_update")
+                return out
+            finally:
+                await client.aclose()
+
+        assert isinstance(asyncio.run(go()), FactUpdateOutput)
+        pid = server.proc.pid if server.proc else None
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_short_episode_runs_end_to_end_on_the_local_model(tiny: Spec) -> None:
+    config = RunConfig(narrator=NARRATOR, auditor=LOCAL, player_mode="scripted")
+
+    async def go():  # type: ignore[no-untyped-def]
+        client = ModelClient()
+        try:
+            narrator, player, auditor = build_roles(config, client)
+            env = NarrativeEnv(tiny, player=player, auditor=auditor, max_turns=2)
+            return await play_episode(env, narrator, seed=0)
+        finally:
+            await client.aclose()
+
+    record = asyncio.run(go())
+    assert record.outcome in {Outcome.SURVIVAL, Outcome.CONFLICT, Outcome.SUCCESS}, record.error
+    assert record.usage["auditor"].calls >= 1 and record.usage["narrator"].completion_tokens > 0
+
+
+def _llama_children(parent: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "llama_cpp.server"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_ctrl_c_stops_the_local_server() -> None:
+    before = set(_llama_children(0))
+    proc = subprocess.Popen([sys.executable, "-m", "ncpbench", "run", "tiny-does-not-matter"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    proc.wait(timeout=60)  # an unknown slug: exits before any server, nothing to clean
+    proc = subprocess.Popen([sys.executable, "-m", "ncpbench", "run", "iron-man", "--turns", "50",
+                             "--narrator", "local/smollm2-135m", "--auditor", "local/smollm2-135m",
+                             "--player-mode", "scripted", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (set(_llama_children(0)) - before):
+        time.sleep(0.5)
+    started = set(_llama_children(0)) - before
+    assert started, "the local server never started"
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and set(_llama_children(0)) & started:
+        time.sleep(0.5)
+    assert not set(_llama_children(0)) & started, "the llama.cpp server outlived ncpbench"
