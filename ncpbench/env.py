@@ -204,6 +204,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         last = self.history[-1] if self.history else None
         conflicting = last is not None and not last.committed and last.verdict.is_conflict
         return EpisodeRecord(
+            episode_id=f"{self.story.key}#{replicate}",
+            seed=self.episode_seed,
             env_id=self.story.key,
             title=self.story.meta.title,
             genres=list(self.story.meta.genres),

@@ -43,10 +43,13 @@ class TurnRecord(BaseModel):
 
 
 class EpisodeRecord(BaseModel):
+    episode_id: str = ""
+    """`<env_id>#<replicate>` in batch runs: unique within a run."""
     env_id: str
     title: str
     genres: list[str]
     replicate: int = 0
+    seed: int = 0
     outcome: Outcome
     turns: int
     """Turns played; the conflicting turn counts."""
