@@ -22,11 +22,20 @@ __version__ = "0.1.0"
 
 register_all()
 
+
+def __getattr__(name: str) -> object:
+    # The runner pulls in the model layer (openai); load it only when asked for.
+    if name == "run_batch":
+        from ncpbench.runner import run_batch
+
+        return run_batch
+    raise AttributeError(f"module 'ncpbench' has no attribute {name!r}")
+
 __all__ = [
     "AgentReply", "AuditError", "AuditRequest", "Auditor", "Commitment", "CommitmentBook", "CommitmentType",
     "CommitmentUpdate", "Conflict", "ConflictKind", "Dataset", "EpisodeRecord", "EpisodeState", "Exchange",
     "Fact", "FactDiff", "FactLedger", "Finding", "LedgerError", "Meta", "NarrativeEnv", "Narrator",
     "NarratorRequest", "Node", "Outcome", "Player", "PlayerRequest", "RewardConfig", "Severity", "Spec",
     "SpecError", "Status", "TrajectoryGraph", "TurnRecord", "UnicodeText", "Usage", "Verdict", "__version__",
-    "bundled", "env_id", "get_spec", "load", "make", "register_all",
+    "bundled", "env_id", "get_spec", "load", "make", "register_all", "run_batch",
 ]

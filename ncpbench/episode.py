@@ -20,6 +20,10 @@ log = get_logger("ncpbench.episode")
 StepCallback = Callable[[NarrativeEnv, dict[str, Any]], None]
 
 
+class EpisodeInterrupted(Exception):
+    """`stop()` asked the episode to pause between turns (a budget ran out); its state is intact."""
+
+
 def describe_failure(error: BaseException) -> str:
     return redact(f"{type(error).__name__}: {error}")[:500]
 
@@ -33,8 +37,13 @@ async def play_episode(
     config: dict[str, Any] | None = None,
     on_step: StepCallback | None = None,
     resume: dict[str, Any] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> EpisodeRecord:
-    """Run until CONFLICT, SUCCESS, SURVIVAL or ERROR; `resume` continues from a snapshot."""
+    """Run until CONFLICT, SUCCESS, SURVIVAL or ERROR; `resume` continues from a snapshot.
+
+    `stop` is asked between turns; when it says so, EpisodeInterrupted is raised (nothing is lost:
+    the caller's last checkpoint holds every committed turn).
+    """
     if resume is not None:
         env.reset(seed=seed)
         env.restore(resume)
@@ -43,6 +52,8 @@ async def play_episode(
         _, info = env.reset(seed=seed)
     try:
         while not env.state.done:
+            if stop is not None and stop():
+                raise EpisodeInterrupted(env.story.key)
             reply = await resolve(narrator.narrate(info["narrator_request"]))
             _, _, terminated, truncated, info = await env.astep(reply)
             if on_step is not None:
@@ -52,6 +63,8 @@ async def play_episode(
     except (ModelCallError, InvalidOutputError, AuditError, TimeoutError) as e:
         env.fail(describe_failure(e))
         log.warning("episode_error", env=env.story.key, replicate=replicate, error=env.error)
+    except EpisodeInterrupted:
+        raise
     except Exception as e:  # a bug in a plugged-in agent must not take a batch down either
         env.fail(describe_failure(e))
         log.error("episode_crash", env=env.story.key, replicate=replicate, error=env.error)

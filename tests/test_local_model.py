@@ -62,28 +62,51 @@ def test_a_short_episode_runs_end_to_end_on_the_local_model(tiny: Spec) -> None:
     assert record.usage["auditor"].calls >= 1 and record.usage["narrator"].completion_tokens > 0
 
 
-def _llama_children(parent: int) -> list[int]:
+def _llama_children() -> list[int]:
     out = subprocess.run(["pgrep", "-f", "llama_cpp.server"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
-def test_ctrl_c_stops_the_local_server() -> None:
-    before = set(_llama_children(0))
-    proc = subprocess.Popen([sys.executable, "-m", "ncpbench", "run", "tiny-does-not-matter"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    proc.wait(timeout=60)  # an unknown slug: exits before any server, nothing to clean
-    proc = subprocess.Popen([sys.executable, "-m", "ncpbench", "run", "iron-man", "--turns", "50",
+def _default_sigint() -> None:
+    # CI may start us with SIGINT ignored (a background job); a person's terminal never does.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start_run() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "ncpbench", "run", "iron-man", "--turns", "50",
                              "--narrator", "local/smollm2-135m", "--auditor", "local/smollm2-135m",
-                             "--player-mode", "scripted", "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--player-mode", "scripted", "--quiet"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
+
+
+def test_ctrl_c_stops_the_local_server() -> None:
+    before = set(_llama_children())
+    proc = _start_run()
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (set(_llama_children(0)) - before):
+    while time.monotonic() < deadline and not (set(_llama_children()) - before):
         time.sleep(0.5)
-    started = set(_llama_children(0)) - before
+    started = set(_llama_children()) - before
     assert started, "the local server never started"
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and set(_llama_children(0)) & started:
+    while time.monotonic() < deadline and set(_llama_children()) & started:
         time.sleep(0.5)
-    assert not set(_llama_children(0)) & started, "the llama.cpp server outlived ncpbench"
+    assert not set(_llama_children()) & started, "the llama.cpp server outlived ncpbench"
+
+
+def test_sigkill_of_ncpbench_takes_the_local_server_down_too() -> None:
+    before = set(_llama_children())
+    proc = _start_run()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (set(_llama_children()) - before):
+        time.sleep(0.5)
+    started = set(_llama_children()) - before
+    assert started
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and set(_llama_children()) & started:
+        time.sleep(0.5)
+    assert not set(_llama_children()) & started

@@ -53,13 +53,24 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="run one episode (SLUG) with model-backed roles")
-    p.add_argument("slug", help="environment slug (see `ncpbench list`)")
-    p.add_argument("--turns", type=int, default=10, help="turn limit (SURVIVAL when reached; default 10)")
+    p = sub.add_parser("run", help="run one episode (SLUG) or a batch (--envs) with model-backed roles")
+    p.add_argument("slug", nargs="?", help="one environment slug (see `ncpbench list`); omit with --envs")
+    p.add_argument("--turns", "--max-turns", dest="turns", type=int, default=None,
+                   help="turn limit (SURVIVAL when reached; default 10 for one episode, 100 for a batch)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="write the episode record (JSON) here")
+    p.add_argument("--out", help="one episode: the record file (JSON); batch: the run folder (runs/NAME)")
     p.add_argument("--dataset", help="spec folder (default: bundled)")
     p.add_argument("--quiet", action="store_true", help="print only the outcome")
+    b = p.add_argument_group("batch")
+    b.add_argument("--envs", help="all | SLUG,SLUG | genre:GENRE — runs a batch into --out")
+    b.add_argument("--replicates", type=int, default=1)
+    b.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once")
+    b.add_argument("--shard", help="i/n: run only this shard of the episodes (join with `ncpbench merge`)")
+    b.add_argument("--retry-errors", action="store_true", help="re-run only the episodes recorded as errors")
+    b.add_argument("--max-total-tokens", type=int, help="stop starting new work once this many tokens are used")
+    b.add_argument("--max-cost", type=float, help="stop new work at this estimated cost (USD; needs --prices)")
+    b.add_argument("--prices", help="YAML/JSON: {MODEL: [usd_per_1M_prompt, usd_per_1M_completion]}")
+    b.add_argument("--no-progress", action="store_true", help="no live display")
     add_model_options(p)
     p.set_defaults(func=cmd_run)
 
@@ -118,6 +129,14 @@ def local_note(config: RunConfig) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.envs or args.slug is None:
+        if not args.envs or not args.out:
+            raise SystemExit("ncpbench run: give a SLUG for one episode, or --envs and --out runs/NAME for a batch")
+        from ncpbench.cli.batch import cmd_batch
+
+        return cmd_batch(args)
+    if args.turns is None:
+        args.turns = 10
     config = config_from_args(args)
     console = Console(highlight=False)
     note = local_note(config)

@@ -58,11 +58,11 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    # Linux: the server gets SIGTERM if ncpbench dies, even by SIGKILL.
+    # Linux: the server is killed if ncpbench dies, even by SIGKILL (it holds nothing worth saving).
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:
         pass
 
@@ -120,7 +120,7 @@ class LocalServer:
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
+            proc.wait(timeout=3)
         except (ProcessLookupError, PermissionError):
             pass
         except subprocess.TimeoutExpired:
