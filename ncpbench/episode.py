@@ -7,6 +7,7 @@ escape to the caller.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,11 @@ class EpisodeInterrupted(Exception):
     """`stop()` asked the episode to pause between turns (a budget ran out); its state is intact."""
 
 
+async def _turn(env: NarrativeEnv, narrator: Narrator, info: dict[str, Any]) -> Any:
+    reply = await resolve(narrator.narrate(info["narrator_request"]))
+    return await env.astep(reply)
+
+
 def describe_failure(error: BaseException) -> str:
     return redact(f"{type(error).__name__}: {error}")[:500]
 
@@ -38,11 +44,13 @@ async def play_episode(
     on_step: StepCallback | None = None,
     resume: dict[str, Any] | None = None,
     stop: Callable[[], bool] | None = None,
+    turn_timeout_s: float | None = None,
 ) -> EpisodeRecord:
     """Run until CONFLICT, SUCCESS, SURVIVAL or ERROR; `resume` continues from a snapshot.
 
     `stop` is asked between turns; when it says so, EpisodeInterrupted is raised (nothing is lost:
-    the caller's last checkpoint holds every committed turn).
+    the caller's last checkpoint holds every committed turn). `turn_timeout_s` bounds one turn's
+    wall-clock time (narrator, audit and the next player action); a turn over it is an ERROR.
     """
     if resume is not None:
         env.reset(seed=seed)
@@ -54,13 +62,15 @@ async def play_episode(
         while not env.state.done:
             if stop is not None and stop():
                 raise EpisodeInterrupted(env.story.key)
-            reply = await resolve(narrator.narrate(info["narrator_request"]))
-            _, _, terminated, truncated, info = await env.astep(reply)
+            _, _, terminated, truncated, info = await asyncio.wait_for(_turn(env, narrator, info), turn_timeout_s)
             if on_step is not None:
                 on_step(env, info)
             if terminated or truncated:
                 break
-    except (ModelCallError, InvalidOutputError, AuditError, TimeoutError) as e:
+    except TimeoutError:
+        env.fail(f"TurnTimeout: a turn took longer than {turn_timeout_s} s")
+        log.warning("episode_error", env=env.story.key, replicate=replicate, error=env.error)
+    except (ModelCallError, InvalidOutputError, AuditError) as e:
         env.fail(describe_failure(e))
         log.warning("episode_error", env=env.story.key, replicate=replicate, error=env.error)
     except EpisodeInterrupted:

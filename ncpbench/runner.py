@@ -271,7 +271,8 @@ NarratorFactory = Callable[[EpisodeTask], Narrator]
 class BatchRunner:
     def __init__(self, out: Path, config: RunConfig, settings: BatchSettings, *, concurrency: int = 8,
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
-                 on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None) -> None:
+                 on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
+                 turn_timeout_s: float | None = 600.0) -> None:
         self.out = out
         self.config = config
         self.settings = settings
@@ -280,6 +281,7 @@ class BatchRunner:
         self.retry_errors = retry_errors
         self.narrator_factory = narrator
         self.on_change = on_change
+        self.turn_timeout_s = turn_timeout_s
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
@@ -444,7 +446,7 @@ class BatchRunner:
 
             record: EpisodeRecord | None = await play_episode(
                 env, narrator, seed=task.seed, replicate=task.replicate, config=self.config.public(),
-                on_step=on_step, resume=resume, stop=self._over_budget)
+                on_step=on_step, resume=resume, stop=self._over_budget, turn_timeout_s=self.turn_timeout_s)
         except EpisodeInterrupted:
             record = None
         except Exception as e:  # building the episode failed: still an ERROR record, never a crash
@@ -484,6 +486,7 @@ async def run_batch(
     prices: dict[str, tuple[float, float]] | None = None,
     narrator: NarratorFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
+    turn_timeout_s: float | None = 600.0,
 ) -> BatchResult:
     """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped."""
     ds = load(dataset)
@@ -491,7 +494,7 @@ async def run_batch(
                              shard=shard, dataset=dataset)
     runner = BatchRunner(Path(out), config or RunConfig(), settings, concurrency=concurrency,
                          budget=Budget(max_total_tokens, max_cost_usd, prices or {}), retry_errors=retry_errors,
-                         narrator=narrator, on_change=on_change, dataset=ds)
+                         narrator=narrator, on_change=on_change, dataset=ds, turn_timeout_s=turn_timeout_s)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),

@@ -173,3 +173,16 @@ def test_sigkill_mid_batch_then_resume_gives_every_episode_exactly_once(tmp_path
         assert final[: len(committed)] == committed
     assert list((out / "checkpoints").iterdir()) == []
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
+
+
+def test_a_turn_over_its_wall_clock_limit_is_an_error_record(tmp_path: Path) -> None:
+    class Slow:
+        async def narrate(self, request: NarratorRequest) -> str:
+            await asyncio.sleep(5 if request.turn == 2 else 0)
+            return "A reply."
+
+    with MockServer() as server:
+        asyncio.run(run_batch(tmp_path / "r", mock_config(server, player_mode="scripted"), envs="iron-man",
+                              max_turns=4, narrator=lambda task: Slow(), turn_timeout_s=0.5))
+    (rec,) = lines(tmp_path / "r" / "episodes.jsonl")
+    assert rec["outcome"] == "ERROR" and "TurnTimeout" in str(rec["error"]) and rec["turns"] == 1

@@ -69,7 +69,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                                max_turns=args.turns or 100, concurrency=args.concurrency, seed=args.seed,
                                shard=_shard(args.shard), dataset=args.dataset, retry_errors=args.retry_errors,
                                max_total_tokens=args.max_total_tokens, max_cost_usd=args.max_cost,
-                               prices=budget.prices, on_change=on_change)
+                               prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout)
 
     try:
         if live is not None:

@@ -71,6 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--max-cost", type=float, help="stop new work at this estimated cost (USD; needs --prices)")
     b.add_argument("--prices", help="YAML/JSON: {MODEL: [usd_per_1M_prompt, usd_per_1M_completion]}")
     b.add_argument("--no-progress", action="store_true", help="no live display")
+    b.add_argument("--turn-timeout", type=float, default=600.0, help="wall-clock limit of one turn, seconds")
     add_model_options(p)
     p.set_defaults(func=cmd_run)
 
