@@ -27,3 +27,9 @@ def configure(level: str = "WARNING", json: bool = False) -> None:
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return structlog.get_logger(name)  # type: ignore[no-any-return]
+
+
+if not structlog.is_configured():
+    # Used as a library, ncpbench is quiet (warnings and up, on stderr) until an entry point or
+    # the host application configures structlog itself; structlog's own default prints debug.
+    configure("WARNING")

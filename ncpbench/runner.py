@@ -116,6 +116,8 @@ class BatchResult:
     records: list[EpisodeRecord]
     """Records finished in this invocation."""
     call_stats: dict[str, int]
+    client_cpu_s: float = 0.0
+    """CPU time spent while model calls were in flight (exact only at concurrency 1)."""
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -390,11 +392,12 @@ class BatchRunner:
                     "complete" if self.progress.done == self.progress.total else "partial")
             finally:
                 stats = client.stats.as_dict()
+                client_cpu = client.stats.client_cpu_s
                 await client.aclose()
                 if cache:
                     cache.close()
                 self._write_run_json(status, started, stats)
-        return BatchResult(self.out, self.progress, self.records, stats)
+        return BatchResult(self.out, self.progress, self.records, stats, client_cpu)
 
     async def _run_all(self, pending: list[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
         gate = asyncio.Semaphore(self.concurrency)

@@ -125,9 +125,13 @@ def dump_yaml(spec: Spec) -> str:
     return yaml.dump(spec_to_data(spec), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
+# libyaml's safe loader when PyYAML has it (about 10x faster; it also caps nesting depth).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_yaml(text: str) -> Any:
-    """Safe YAML only: tags that would construct Python objects are rejected by SafeLoader."""
-    return yaml.safe_load(text)
+    """Safe YAML only: tags that would construct Python objects are rejected by the safe loader."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
 
 
 def node_refs(text: str) -> list[str]:

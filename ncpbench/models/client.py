@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,6 +31,8 @@ M = TypeVar("M", bound=BaseModel)
 Message = dict[str, str]
 REASKS = 2
 """An invalid output is re-asked at most twice (the published setup), then it is an error."""
+_CALL_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("ncpbench_call_attempts", default=None)
+"""Transport attempts of the call running in this task (the global counter is shared by every call)."""
 
 
 class ModelCallError(RuntimeError):
@@ -62,6 +65,10 @@ class CallStats:
     failed: int = 0
     invalid: int = 0
     cache_hits: int = 0
+    in_flight: int = 0
+    """Calls sent and not yet answered or failed (0 once every caller has finished)."""
+    client_cpu_s: float = 0.0
+    """Process CPU time spent while model calls were in flight (exact at concurrency 1; benchmarks)."""
     by_status: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -71,7 +78,7 @@ class CallStats:
     def as_dict(self) -> dict[str, int]:
         return {"calls": self.calls, "attempts": self.attempts, "retried": self.retried, "reasks": self.reasks,
                 "recovered": self.recovered, "failed": self.failed, "invalid_outputs": self.invalid,
-                "cache_hits": self.cache_hits}
+                "cache_hits": self.cache_hits, "in_flight": self.in_flight}
 
 
 def redact(text: str) -> str:
@@ -151,6 +158,9 @@ class ModelClient:
 
             async def count_attempt(request: Any) -> None:
                 stats.attempts += 1
+                mine = _CALL_ATTEMPTS.get()
+                if mine is not None:
+                    mine[0] += 1
 
             import httpx2
 
@@ -193,9 +203,12 @@ class ModelClient:
         client = self._client(role)
         extra: dict[str, Any] = {"response_format": response_format} if response_format else {}
         self.stats.calls += 1
-        before = self.stats.attempts
+        attempts = [0]  # this call's own transport attempts (other calls run concurrently)
         started = time.perf_counter()
+        cpu_started = time.process_time()
         async with self._limits[self.endpoint(role)]:
+            token = _CALL_ATTEMPTS.set(attempts)
+            self.stats.in_flight += 1
             try:
                 resp = await client.chat.completions.create(model=role.model_name, messages=list(messages),  # type: ignore[arg-type]
                                                             **params, **extra)
@@ -214,7 +227,11 @@ class ModelClient:
             except ValueError:  # the endpoint answered 200 with a body that is not JSON
                 self.stats.failed += 1
                 raise MalformedResponse(f"{role.model}: malformed response body") from None
-        if self.stats.attempts - before > 1:
+            finally:
+                _CALL_ATTEMPTS.reset(token)
+                self.stats.in_flight -= 1
+        self.stats.client_cpu_s += time.process_time() - cpu_started
+        if attempts[0] > 1:
             self.stats.recovered += 1
         choice = resp.choices[0] if resp.choices else None
         text = (choice.message.content if choice and choice.message else None) or ""
