@@ -1,0 +1,131 @@
+"""Reading run folders (docs/RUN_FORMAT.md): run.json plus episodes.jsonl, records only.
+
+`episodes.jsonl` holds one `EpisodeRecord` a line. When an `episode_id` repeats, the last line
+wins (a resumed or re-run episode); a final line that is not complete JSON (a runner stopped
+mid-write) is skipped and noted. Any other unreadable line is an error: the file is damaged.
+Checkpoints of in-flight episodes are not read: reports cover finished episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ncpbench.record import EpisodeRecord
+
+ROLES = ("narrator", "player", "auditor")
+
+
+class RunFormatError(ValueError):
+    """A run folder that cannot be read (missing episodes.jsonl, a damaged line)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder, read."""
+
+    path: Path
+    name: str
+    meta: dict[str, Any]
+    """run.json as written by the runner ({} when the folder has none)."""
+    records: list[EpisodeRecord]
+    """One per episode_id (the last line wins), in order of first appearance."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader had to handle (a skipped partial last line, repeated episode ids, no run.json)."""
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run config: run.json's `config`, else the first record's."""
+        cfg = self.meta.get("config")
+        if isinstance(cfg, dict) and cfg:
+            return cfg
+        return self.records[0].config if self.records else {}
+
+    def model(self, role: str) -> str:
+        """The model string of a role (`provider/model`), or "" when the run does not say."""
+        value = self.config.get(role)
+        if isinstance(value, dict):
+            value = value.get("model")
+        return str(value) if value is not None else ""
+
+    @property
+    def player_mode(self) -> str:
+        mode = self.config.get("player_mode")
+        return str(mode) if mode is not None else ""
+
+
+def episode_key(record: EpisodeRecord) -> str:
+    """The record's episode_id, or `<env_id>#<replicate>` for records written without one."""
+    return record.episode_id or f"{record.env_id}#{record.replicate}"
+
+
+def read_episodes(path: str | Path) -> tuple[list[EpisodeRecord], list[str]]:
+    """Parse an episodes.jsonl file: (records, notes). Raises RunFormatError on a damaged line."""
+    p = Path(path)
+    lines = p.read_bytes().decode("utf-8", errors="replace").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    by_id: dict[str, EpisodeRecord] = {}
+    notes: list[str] = []
+    repeated = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                notes.append(f"{p.name}: skipped an incomplete last line (line {i + 1})")
+                continue
+            raise RunFormatError(f"{p}:{i + 1}: not JSON ({e.msg})") from None
+        try:
+            record = EpisodeRecord.model_validate(data)
+        except ValueError as e:
+            raise RunFormatError(f"{p}:{i + 1}: not an episode record ({str(e).splitlines()[0]})") from None
+        key = episode_key(record)
+        if key in by_id:
+            repeated += 1
+        by_id[key] = record
+    if repeated:
+        notes.append(f"{p.name}: {repeated} repeated episode line(s); the last one of each was kept")
+    return list(by_id.values()), notes
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    """Read a run folder (or its episodes.jsonl). Raises RunFormatError when it is not a run."""
+    p = Path(path)
+    folder = p.parent if p.is_file() else p
+    episodes = folder / "episodes.jsonl"
+    if not episodes.is_file():
+        raise RunFormatError(f"{folder}: no episodes.jsonl (not a run folder?)")
+    records, notes = read_episodes(episodes)
+    meta: dict[str, Any] = {}
+    run_json = folder / "run.json"
+    if run_json.is_file():
+        try:
+            loaded = json.loads(run_json.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunFormatError(f"{run_json}: not JSON ({e})") from None
+        if not isinstance(loaded, dict):
+            raise RunFormatError(f"{run_json}: expected a JSON object")
+        meta = loaded
+    else:
+        notes.append("no run.json: models taken from the episode records")
+    default = str(meta.get("name") or "") or folder.resolve().name
+    return Run(path=folder, name=name or default, meta=meta, records=records, notes=notes)
+
+
+def load_runs(paths: list[str | Path] | list[Path] | list[str]) -> list[Run]:
+    """Read several runs; names are made unique (`name`, `name (2)`, ...)."""
+    runs: list[Run] = []
+    seen: dict[str, int] = {}
+    for path in paths:
+        run = load_run(path)
+        count = seen.get(run.name, 0) + 1
+        seen[run.name] = count
+        if count > 1:
+            run = Run(path=run.path, name=f"{run.name} ({count})", meta=run.meta, records=run.records, notes=run.notes)
+        runs.append(run)
+    return runs
