@@ -29,7 +29,7 @@ from ncpbench.auditors.schemas import (
 
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.ledger import FactDiff
-from ncpbench.models.client import ModelClient
+from ncpbench.models.client import ModelClient, schema_of
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import AuditRequest
 from ncpbench.verdict import Conflict, ConflictKind, Usage, Verdict
@@ -122,7 +122,7 @@ class LLMAuditor:
             f"Claim {i}: kind={c.kind.value} target={c.target} quote found in reply: {'yes' if c.grounded else 'NO'}\n"
             f"  quote: {c.evidence}\n  reason: {c.reason}" for i, c in enumerate(claims, 1))
 
-        schema = DoubleCheckOutput.model_json_schema()
+        schema = schema_of(DoubleCheckOutput)
         schema["$defs"]["Decision"]["properties"]["claim"] = {"type": "integer", "enum": list(range(1, len(claims) + 1))}
         schema["properties"]["decisions"].update(minItems=len(claims), maxItems=len(claims))
         out, u = await self.client.structured(self.role, prompts.messages("double_check", req, "Claims:\n" + listing),

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ncpbench.models.client import schema_of
+
 
 class _Out(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -68,7 +70,7 @@ def narrowed(model: type[BaseModel], enums: dict[tuple[str, str], list[str]],
     Keys are (definition name, property); the definition is `model` itself or one in its $defs.
     A list property gets the enum on its items.
     """
-    schema = model.model_json_schema()
+    schema = schema_of(model)
     for (definition, prop), values in enums.items():
         target = schema if definition == model.__name__ else schema["$defs"][definition]
         enum: dict[str, Any] = {"type": "string", "enum": values} if values else {"type": "null"}

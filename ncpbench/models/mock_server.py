@@ -7,6 +7,9 @@
 - an auditor stage (its prompt names `Audit stage: NAME`): JSON valid for that stage's schema.
   No conflict by default; `conflict_turns` plants one (quoting the reply), `overturn_turns` makes
   the double check overturn it; `advance_every` completes the first frontier node every N turns.
+- a scripted stage (`scripted`, keyed by the json_schema name of the response format, else by the
+  last `Audit stage: NAME` / `Build stage: NAME` marker): the next scripted content, popped in
+  order; once a stage's list is empty the answers above apply again.
 
 Faults are injected with probability `fault_rate`, seeded: 429 with Retry-After, 500, timeout
 (the server hangs), connection reset, malformed JSON body, truncated JSON content, empty
@@ -48,6 +51,8 @@ class MockConfig:
     hang_s: float = 5.0
     """How long a `timeout` fault hangs before answering."""
     retry_after_s: float = 0.05
+    scripted: dict[str, list[str]] = field(default_factory=dict)
+    """Per stage name, message contents returned in order (popped); an empty list falls back."""
 
 
 @dataclass
@@ -58,6 +63,7 @@ class MockStats:
 
 
 _STAGE = re.compile(r"Audit stage: (\w+)")
+_SCRIPT_STAGE = re.compile(r"(?:Audit|Build) stage: (\w+)")
 _TURN = re.compile(r"^Turn: (\d+)", re.M)
 _FRONTIER = re.compile(r"^Frontier: (.*)$", re.M)
 _FACT = re.compile(r"^- (f_\d+): ", re.M)
@@ -82,8 +88,28 @@ def _text(messages: list[dict[str, Any]]) -> tuple[str, str]:
     return system, user
 
 
-def answer_for(body: dict[str, Any], cfg: MockConfig) -> tuple[str, str]:
+def _scripted(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | None) -> str | None:
+    """The next scripted content for the request's stage, if any is left."""
+    if not cfg.scripted:
+        return None
+    fmt = body.get("response_format") or {}
+    name = (fmt.get("json_schema") or {}).get("name")
+    if name is None:
+        system, user = _text(body.get("messages") or [])
+        found = _SCRIPT_STAGE.findall(system + "\n" + user)
+        name = found[-1] if found else None
+    if name is None:
+        return None
+    with lock or threading.Lock():
+        queue = cfg.scripted.get(name)
+        return queue.pop(0) if queue else None
+
+
+def answer_for(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | None = None) -> tuple[str, str]:
     """(role, content) for a chat request."""
+    scripted = _scripted(body, cfg, lock)
+    if scripted is not None:
+        return "scripted", scripted
     messages = body.get("messages") or []
     system, user = _text(messages)
     fmt = body.get("response_format") or {}
@@ -144,6 +170,9 @@ def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle on, keep-alive clients stall ~40 ms per
+    # response on delayed ACKs, which would make the mock slower than the latency it claims.
+    disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr log
@@ -200,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "malformed":
             self._send(200, b'{"id": "x", "choices": [{"message": {"content": ')
             return
-        role, content = answer_for(body, cfg)
+        role, content = answer_for(body, cfg, self.server.lock)
         with self.server.lock:
             self.server.stats.roles[role] = self.server.stats.roles.get(role, 0) + 1
         if fault == "truncated":
@@ -233,6 +262,15 @@ class _Server(ThreadingHTTPServer):
         self.stats = MockStats()
         self.lock = threading.Lock()
         self.rng = random.Random(config.seed)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (its timeout during a `timeout` fault) leaves a closed socket: the
+        # late answer hits a broken pipe. That is the fault working, not a server error to print.
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def draw_fault(self) -> str | None:
         with self.lock:
