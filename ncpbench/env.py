@@ -11,25 +11,30 @@ applies the audit protocol of DESIGN.md:
                                             SUCCESS / SURVIVAL, and the player acts for t + 1
 
 `astep` is the same step for callers already inside an event loop (the batch runner, async RL
-loops); `step` drives it on the env's own event loop so model clients keep their connections.
+loops); `step` drives it on one event loop per thread, shared by every env of the thread, so model
+clients (often shared by several envs) keep their connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import copy
 import inspect
+import os
 import re
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 from gymnasium import spaces
 
 from ncpbench.dataset import get_spec
 from ncpbench.ledger import LedgerError
-from ncpbench.protocols import Auditor, AuditRequest, NarratorRequest, Player
+from ncpbench.protocols import Auditor, AuditRequest, Narrator, NarratorRequest, Player
 from ncpbench.record import AgentReply, EpisodeRecord, TurnRecord
-from ncpbench.rewards import RewardConfig, breakdown
+from ncpbench.rewards import RewardConfig, breakdown, reward_config
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Outcome
 from ncpbench.textspace import UnicodeText
@@ -46,6 +51,31 @@ MAX_REPLY_CHARS = 16_000
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+_THREAD = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every env of this thread runs its sync `step` on.
+
+    One per thread, not one per env: roles of several envs often share one model client (the
+    envs of `gymnasium.make_vec(..., "sync")`, branches, a batch), and a client's pooled
+    connections belong to the loop that opened them. Closed when the interpreter exits.
+    """
+    loop: asyncio.AbstractEventLoop | None = getattr(_THREAD, "loop", None)
+    if loop is None or loop.is_closed() or getattr(_THREAD, "pid", None) != os.getpid():
+        # A forked child (AsyncVectorEnv's workers) must not drive the parent's loop: its selector is shared.
+        loop = asyncio.new_event_loop()
+        _THREAD.loop, _THREAD.pid = loop, os.getpid()
+        atexit.register(_close_loop, loop)
+    return loop
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed() and not loop.is_running():
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 class AuditError(RuntimeError):
     """The auditor returned a verdict that cannot apply to this state (e.g. an unknown fact id)."""
 
@@ -55,6 +85,11 @@ async def resolve(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+async def narrate(narrator: Narrator, request: NarratorRequest) -> str | AgentReply:
+    """Ask a narrator for its reply, sync or async, as text or an AgentReply."""
+    return cast("str | AgentReply", await resolve(narrator.narrate(request)))
 
 
 def clean_text(text: str, limit: int = MAX_REPLY_CHARS) -> tuple[str, list[str]]:
@@ -92,7 +127,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         player: Player | None = None,
         auditor: Auditor | None = None,
         max_turns: int = 100,
-        reward: RewardConfig | None = None,
+        reward: RewardConfig | str | None = None,
         render_mode: str | None = None,
         dataset: str | None = None,
         max_reply_chars: int = MAX_REPLY_CHARS,
@@ -111,7 +146,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self.player = player
         self.auditor = auditor
         self.max_turns = max_turns
-        self.reward_config = reward or RewardConfig()
+        self.reward_config = reward_config(reward)
         self.render_mode = render_mode
         self.max_reply_chars = max_reply_chars
         self.graph = TrajectoryGraph(self.story)
@@ -122,7 +157,6 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "story_state": UnicodeText(),
             "transcript": UnicodeText(),
         })
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.state = EpisodeState.initial(self.story)
         self.pending_action: str | None = None
         self.history: list[TurnRecord] = []
@@ -164,10 +198,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         return text
 
     def close(self) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
-        self._loop = None
+        """Nothing to release: the event loop of `step` belongs to the thread, not to the env."""
 
     # -- snapshots (checkpoints and branching) ------------------------------------------------
 
@@ -190,6 +221,21 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self.history = [TurnRecord.model_validate(t) for t in snap["history"]]
         self.episode_seed = snap["episode_seed"]
         self.error = snap.get("error")
+
+    def branch(self, *, player: Player | None = None, auditor: Auditor | None = None) -> NarrativeEnv:
+        """A new env at this exact point of this episode: same story, roles, limits and reward.
+
+        Stepping either one never changes the other (the state is immutable; the history list is
+        copied). Roles are shared unless replaced.
+        """
+        other = NarrativeEnv(self.story, player=player or self.player, auditor=auditor or self.auditor,
+                             max_turns=self.max_turns, reward=self.reward_config, render_mode=self.render_mode,
+                             max_reply_chars=self.max_reply_chars)
+        other.restore(self.snapshot())
+        other._np_random = copy.deepcopy(self._np_random)
+        if hasattr(self, "_player_usage"):
+            other._player_usage = self._player_usage
+        return other
 
     def fail(self, error: str) -> None:
         """End the episode as an infrastructure ERROR (a model that kept failing), not a verdict."""
@@ -280,7 +326,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             new_state = new_state.finish(Outcome.SURVIVAL)
         self.state = new_state
         parts = breakdown(self.reward_config, new_nodes=len(completed), new_satisfied=satisfied_now - satisfied_before,
-                          conflict=False, success=success, committed=True)
+                          conflict=False, success=success, committed=True, survival=truncated)
         self.history.append(TurnRecord(turn=turn, player_action=action, narrator_reply=reply, verdict=verdict,
                                        committed=True, completed_nodes=completed, rejected_nodes=rejected,
                                        reward=sum(parts.values()), usage=usage, notes=notes))
@@ -349,7 +395,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "progress": self.state.progress(self.graph),
             "completed_nodes": list(self.state.completed_nodes),
             "commitments": self.state.commitments.statuses(),
-            "reward_breakdown": parts,
+            "reward_breakdown": parts or dict.fromkeys(breakdown(self.reward_config, new_nodes=0, new_satisfied=0,
+                                                                 conflict=False, success=False, committed=False), 0.0),
             "notes": notes,
             "narrator_request": self.narrator_view(),
         }
@@ -361,11 +408,4 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             pass
         else:
             raise RuntimeError("step() was called inside a running event loop; use `await env.astep(reply)`")
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(make_coro())
-
-    def __del__(self) -> None:
-        loop = getattr(self, "_loop", None)
-        if loop is not None and not loop.is_closed() and not loop.is_running():
-            loop.close()
+        return _thread_loop().run_until_complete(make_coro())

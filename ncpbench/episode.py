@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ncpbench.env import AuditError, NarrativeEnv, resolve
+from ncpbench.env import AuditError, NarrativeEnv, narrate
 from ncpbench.logs import get_logger
 from ncpbench.models.client import InvalidOutputError, ModelCallError, redact
 from ncpbench.protocols import Narrator
@@ -26,8 +26,7 @@ class EpisodeInterrupted(Exception):
 
 
 async def _turn(env: NarrativeEnv, narrator: Narrator, info: dict[str, Any]) -> Any:
-    reply = await resolve(narrator.narrate(info["narrator_request"]))
-    return await env.astep(reply)
+    return await env.astep(await narrate(narrator, info["narrator_request"]))
 
 
 def describe_failure(error: BaseException) -> str:

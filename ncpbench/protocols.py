@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from ncpbench.record import AgentReply
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Exchange
 from ncpbench.verdict import Verdict
@@ -87,12 +88,14 @@ class AuditRequest(BaseModel):
 
 @runtime_checkable
 class Player(Protocol):
-    def act(self, request: PlayerRequest) -> str | Awaitable[str]: ...
+    def act(self, request: PlayerRequest) -> str | AgentReply | Awaitable[str] | Awaitable[AgentReply]: ...
 
 
 @runtime_checkable
 class Narrator(Protocol):
-    def narrate(self, request: NarratorRequest) -> str | Awaitable[str]: ...
+    """Returns the reply text, or an AgentReply carrying the text and its token usage."""
+
+    def narrate(self, request: NarratorRequest) -> str | AgentReply | Awaitable[str] | Awaitable[AgentReply]: ...
 
 
 @runtime_checkable

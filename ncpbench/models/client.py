@@ -82,8 +82,20 @@ class CallStats:
                 "cache_hits": self.cache_hits, "in_flight": self.in_flight}
 
 
+_KNOWN_KEYS: set[str] = set()
+"""Every API key a client has read: redacted wherever it turns up, whatever its variable is named."""
+
+
+def remember_key(value: str) -> None:
+    if len(value) >= 8:
+        _KNOWN_KEYS.add(value)
+
+
 def redact(text: str) -> str:
     """Strip anything that looks like a bearer token or API key from an error message."""
+    for value in _KNOWN_KEYS:
+        if value in text:
+            text = text.replace(value, "[redacted]")
     text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._\-]+", r"\1[redacted]", text)
     text = re.sub(r"\bsk-[A-Za-z0-9_\-]{6,}", "[redacted]", text)
     for name, value in os.environ.items():
@@ -119,8 +131,8 @@ class ModelClient:
         self.cache = cache
         self.reasks = reasks
         self.stats = CallStats()
-        self._clients: dict[tuple[str, str], openai.AsyncOpenAI] = {}
-        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._clients: dict[tuple[str, str, int], openai.AsyncOpenAI] = {}
+        self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
         self._endpoints: dict[str, str] = {}
         self._closers: list[Callable[[], None]] = []
 
@@ -152,6 +164,7 @@ class ModelClient:
         var = role.api_key_env or "OPENAI_API_KEY"
         value = os.environ.get(var)
         if value:
+            remember_key(value)
             return value
         if role.base_url:
             return "not-needed"  # self-hosted endpoints (vLLM, Ollama, llama.cpp) rarely check keys
@@ -159,7 +172,10 @@ class ModelClient:
 
     def _client(self, role: RoleConfig) -> openai.AsyncOpenAI:
         url = self.endpoint(role)
-        ident = (url, role.api_key_env or "")
+        # Connection pools belong to an event loop: one client per loop, so a ModelClient can be
+        # shared by envs stepped from different loops (vector envs, threads, forked workers).
+        loop = id(asyncio.get_running_loop())
+        ident = (url, role.api_key_env or "", loop)
         if ident not in self._clients:
             stats = self.stats
 
@@ -176,13 +192,14 @@ class ModelClient:
             self._clients[ident] = openai.AsyncOpenAI(base_url=url, api_key=self._api_key(role),
                                                       max_retries=role.max_retries, timeout=role.timeout_s,
                                                       http_client=http)
-            self._limits.setdefault(url, asyncio.Semaphore(role.concurrency))
+            self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
         return self._clients[ident]
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        """Close the clients of the running loop (others' pools die with their loops)."""
+        loop = id(asyncio.get_running_loop())
+        for ident in [k for k in self._clients if k[2] == loop]:
+            await self._clients.pop(ident).close()
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -215,7 +232,7 @@ class ModelClient:
         attempts = [0]  # this call's own transport attempts (other calls run concurrently)
         started = time.perf_counter()
         cpu_started = time.process_time()
-        async with self._limits[self.endpoint(role)]:
+        async with self._limits[(self.endpoint(role), id(asyncio.get_running_loop()))]:
             token = _CALL_ATTEMPTS.set(attempts)
             self.stats.in_flight += 1
             try:

@@ -1,0 +1,232 @@
+"""`ncpbench play SLUG --as narrator|player`: a person at the terminal in one of the two roles.
+
+- `--as narrator`: you are the narrator under test, against the player model; each turn you see
+  what an LLM narrator sees (the story state and the player's action), and after each reply the
+  auditors' verdict.
+- `--as player`: you play the role against the narrator model: an interactive-fiction game with
+  live audits of every narrator reply.
+
+Lines are read from stdin, so piped input works; `/quit` or the end of input ends the session
+cleanly (so does Ctrl-C at the prompt). The session is saved as an ordinary episode record (`--out`, and appended to
+`--run-dir`'s episodes.jsonl), which `report` and `export` read. A session you end before the turn
+limit is recorded as SURVIVAL with the turns actually played as its limit (`max_turns`), and
+`config.play.ended_by = "quit"`: an observation censored where you stopped, like any SURVIVAL.
+
+`python -m ncpbench.cli.play SLUG ...` runs it without the top-level command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.markup import escape
+
+from ncpbench.agents.human import EndOfSession, HumanNarrator, HumanPlayer
+from ncpbench.cli.run import add_model_options, config_from_args, print_step
+from ncpbench.dataset import get_spec
+from ncpbench.env import AuditError, NarrativeEnv, narrate
+from ncpbench.episode import describe_failure
+from ncpbench.models.cache import ResponseCache
+from ncpbench.models.client import InvalidOutputError, ModelCallError, ModelClient
+from ncpbench.models.config import RunConfig
+from ncpbench.protocols import Narrator, PlayerRequest
+from ncpbench.record import EpisodeRecord
+from ncpbench.roles import build_roles
+from ncpbench.state import Outcome
+
+HumanRole = Literal["narrator", "player"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("play", help="play an episode at the terminal, as the narrator or as the player")
+    p.add_argument("slug", help="environment slug (see `ncpbench list`)")
+    p.add_argument("--as", dest="human", required=True, choices=["narrator", "player"],
+                   help="narrator: you answer the player model; player: you act against the narrator model")
+    p.add_argument("--turns", type=int, default=10, help="turn limit (SURVIVAL when reached; default 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="the episode record (JSON); default runs/play-SLUG-as-ROLE-TIME.json")
+    p.add_argument("--run-dir", help="also append the record to RUN_DIR/episodes.jsonl (a run folder)")
+    p.add_argument("--dataset", help="spec folder (default: bundled)")
+    p.add_argument("--hide-state", action="store_true", help="as narrator: do not print the story state each turn")
+    add_model_options(p)
+    p.set_defaults(func=cmd_play)
+
+
+async def play_session(env: NarrativeEnv, narrator: Narrator, *, seed: int = 0, replicate: int = 0,
+                       config: dict[str, Any] | None = None,
+                       on_step: Callable[[NarrativeEnv, dict[str, Any]], None] | None = None) -> EpisodeRecord:
+    """Play until the episode ends or the person ends the session (EndOfSession / Ctrl-C).
+
+    A session ended early is finished as SURVIVAL with `max_turns` set to the turns played and
+    `config["play"]["ended_by"] = "quit"`; model failures end it as ERROR, as in any run.
+    """
+    config = dict(config or {})
+    play = dict(config.get("play") or {})
+    _, info = env.reset(seed=seed)
+    quit_early = False
+    try:
+        while not env.state.done:
+            _, _, _, _, info = await env.astep(await narrate(narrator, info["narrator_request"]))
+            if on_step is not None:
+                on_step(env, info)
+    except (EndOfSession, KeyboardInterrupt):
+        quit_early = not env.state.done
+    except (ModelCallError, InvalidOutputError, AuditError, TimeoutError) as e:
+        env.fail(describe_failure(e))
+    play["ended_by"] = "quit" if quit_early else "episode_end"
+    play["turn_limit"] = env.max_turns
+    config["play"] = play
+    if quit_early:
+        env.pending_action = None
+        env.state = env.state.finish(Outcome.SURVIVAL)
+    record = env.record(replicate=replicate, config=config)
+    if quit_early:
+        record = record.model_copy(update={"max_turns": record.turns})
+    return record
+
+
+def _next_replicate(path: Path, env_id: str) -> int:
+    used = set()
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            eid = str(data.get("episode_id", "")) if isinstance(data, dict) else ""
+            if eid.startswith(f"{env_id}#") and eid.split("#", 1)[1].isdigit():
+                used.add(int(eid.split("#", 1)[1]))
+    return max(used, default=-1) + 1
+
+
+def append_to_run(run_dir: str | Path, record: EpisodeRecord) -> EpisodeRecord:
+    """Append the record to RUN_DIR/episodes.jsonl under a fresh `<env>#<n>` id; run.json is written if missing."""
+    from ncpbench import __version__
+
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    episodes = folder / "episodes.jsonl"
+    replicate = _next_replicate(episodes, record.env_id)
+    record = record.model_copy(update={"episode_id": f"{record.env_id}#{replicate}", "replicate": replicate})
+    run_json = folder / "run.json"
+    if not run_json.exists():
+        run_json.write_text(json.dumps({"name": folder.name, "kind": "play", "ncpbench_version": __version__,
+                                        "config": record.config, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                        "status": "open"}, indent=2))
+    data = episodes.read_bytes() if episodes.exists() else b""
+    with episodes.open("a", encoding="utf-8") as f:
+        if data and not data.endswith(b"\n"):
+            f.write("\n")  # never glue onto a torn line
+        f.write(json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    return record
+
+
+def _record_config(config: RunConfig, human: HumanRole) -> dict[str, Any]:
+    data = config.public()
+    data[human] = {"model": "human"}
+    if human == "player":
+        data["player_mode"] = "human"
+    data["play"] = {"human": human}
+    return data
+
+
+async def run_play(slug: str, config: RunConfig, human: HumanRole, *, turns: int, seed: int = 0,
+                   dataset: str | None = None, console: Console | None = None, show_state: bool = True,
+                   stdin: Any = None) -> EpisodeRecord:
+    """One play session with model-backed other roles; prints turns and verdicts to `console`."""
+    console = console or Console(highlight=False, soft_wrap=True)
+    spec = get_spec(slug, dataset)
+    cache = ResponseCache(config.cache_path) if config.cache_path else None
+    client = ModelClient(cache=cache)
+    printed = 0
+    env: NarrativeEnv | None = None
+
+    def show(e: NarrativeEnv, info: dict[str, Any] | None = None) -> None:
+        nonlocal printed
+        if len(e.history) > printed:
+            print_step(console, e, info or {"progress": e.state.progress(e.graph)})
+            printed = len(e.history)
+
+    def before_prompt(request: PlayerRequest) -> None:
+        if env is not None:
+            show(env)
+
+    try:
+        model_narrator, model_player, auditor = build_roles(config, client, salt=f"{slug}|play")
+        narrator: Narrator
+        if human == "narrator":
+            narrator, player = HumanNarrator(stdin=stdin, show_state=show_state), model_player
+        else:
+            narrator, player = model_narrator, HumanPlayer(stdin=stdin, before_prompt=before_prompt)
+        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns)
+        record = await play_session(env, narrator, seed=seed, config=_record_config(config, human),
+                                    on_step=lambda e, i: show(e, i))
+        show(env)
+        return record
+    finally:
+        await client.aclose()
+        if cache:
+            cache.close()
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    console = Console(highlight=False, soft_wrap=True)
+    human: HumanRole = args.human
+    others = ("player model " + (config.player.model if config.player_mode != "scripted" else "scripted")
+              if human == "narrator" else f"narrator model {config.narrator.model}")
+    console.print(f"[bold]{escape(args.slug)}[/] — you are the {human}; {escape(others)}; auditor "
+                  f"{escape(config.auditor.model)}; {args.turns} turns. Type /quit (or end the input) to stop; "
+                  "end a line with \\ to continue it.")
+    # A plain loop, not asyncio.run: its SIGINT handler would leave Ctrl-C waiting for Enter at the prompt.
+    loop = asyncio.new_event_loop()
+    try:
+        record = loop.run_until_complete(run_play(args.slug, config, human, turns=args.turns, seed=args.seed,
+                                                  dataset=args.dataset, console=console,
+                                                  show_state=not args.hide_state))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    ended = record.config.get("play", {}).get("ended_by")
+    console.print(f"[bold]outcome {record.outcome.value}[/] after {record.turns} turns"
+                  + (" (session ended by you)" if ended == "quit" else "")
+                  + f"; progress {record.progress:.0%}; satisfied {record.satisfied_share:.0%}"
+                  + (f"; error: {escape(record.error)}" if record.error else ""))
+    out = Path(args.out or f"runs/play-{args.slug}-as-{human}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    if args.run_dir:
+        if record.turns == 0 and ended == "quit":
+            console.print(f"nothing played: not added to {escape(args.run_dir)}")
+        else:
+            record = append_to_run(args.run_dir, record)
+            console.print(f"appended to {escape(str(Path(args.run_dir) / 'episodes.jsonl'))} as {record.episode_id}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    console.print(f"record written to {escape(str(out))}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`ncpbench play` on its own (until the top-level command registers it)."""
+    from ncpbench.logs import configure
+
+    parser = argparse.ArgumentParser(prog="ncpbench")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["play", *(sys.argv[1:] if argv is None else argv)])
+    configure()
+    try:
+        return int(args.func(args))
+    except KeyError as e:
+        print(f"ncpbench: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
