@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV ?= iron-man
 DEMO_TURNS ?= 3
 
-.PHONY: demo demo-scripted test test-local lint typecheck clean
+.PHONY: demo demo-scripted test test-local test-reliability lint typecheck clean
 
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ typecheck: $(VENV)/.dev
 
 test: lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-reliability: $(VENV)/.dev
+	$(PY) -m pytest -q tests/test_reliability_*.py $(PYTEST_ARGS)
 
 test-local: $(VENV)/.local
 	$(PY) -m pytest -q -m local_model --run-local $(PYTEST_ARGS)

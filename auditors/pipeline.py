@@ -14,6 +14,8 @@ must be on the frontier, claims cannot be added); invalid answers are re-asked b
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from ncpbench.auditors import prompts
 from ncpbench.auditors.grounding import is_grounded
@@ -39,6 +41,22 @@ MAX_NEW_FACTS = 12
 MAX_TEXT = 600
 
 
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+async def _both(a: Coroutine[Any, Any, A], b: Coroutine[Any, Any, B]) -> tuple[A, B]:
+    """Run two stages concurrently. Unlike gather, a failure cancels the other stage (no orphaned
+    call keeps spending tokens), and the first error is raised as itself, not as a group."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            task_a = tg.create_task(a)
+            task_b = tg.create_task(b)
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+    return task_a.result(), task_b.result()
+
+
 def _num(ident: str) -> int:
     return int(ident.split("_")[1])
 
@@ -54,14 +72,14 @@ class LLMAuditor:
         if request.player_action is None:
             diff = await self._fact_update(request, usage)
             return Verdict(fact_diff=diff, usage=usage)
-        diff, claims = await asyncio.gather(self._fact_update(request, usage), self._conflict_check(request, usage))
+        diff, claims = await _both(self._fact_update(request, usage), self._conflict_check(request, usage))
         confirmed: list[Conflict] = []
         overturned: list[Conflict] = []
         if claims:
             confirmed, overturned = await self._double_check(request, claims, usage)
         if confirmed:
             return Verdict(conflicts=confirmed, overturned=overturned, fact_diff=diff, usage=usage)
-        nodes, updates = await asyncio.gather(self._trajectory(request, usage), self._statuses(request, usage))
+        nodes, updates = await _both(self._trajectory(request, usage), self._statuses(request, usage))
         return Verdict(overturned=overturned, fact_diff=diff, completed_nodes=nodes, commitment_updates=updates,
                        usage=usage)
 
@@ -176,5 +194,5 @@ class LLMAuditor:
                                               json_schema=narrowed(StatusOutput, {
                                                   ("StatusUpdate", "id"): sorted(pending, key=_num)}))
         usage["commitment_status"] = u
-        return [CommitmentUpdate(id=x.id, status=Status(x.status), evidence=x.evidence[:10])
+        return [CommitmentUpdate(id=x.id, status=Status(x.status), evidence=[e[:80] for e in x.evidence[:6]])
                 for x in out.updates if x.status == "SATISFIED"]

@@ -51,10 +51,10 @@ SYSTEMS = {
 }
 
 
-def fence(reply: str) -> str:
-    # A reply cannot close the fence early: its own tags are defused.
-    safe = reply.replace("</narrator_reply>", "</narrator-reply>").replace("<narrator_reply>", "<narrator-reply>")
-    return f"<narrator_reply>\n{safe}\n</narrator_reply>"
+def fence(text: str, tag: str = "narrator_reply") -> str:
+    """`text` inside <tag>...</tag>; its own copies of the tag are defused so it cannot close the fence."""
+    safe = text.replace(f"</{tag}>", f"</{tag.replace('_', '-')}>").replace(f"<{tag}>", f"<{tag.replace('_', '-')}>")
+    return f"<{tag}>\n{safe}\n</{tag}>"
 
 
 def context(req: AuditRequest, *, recent: int = 6) -> str:
@@ -80,7 +80,7 @@ def context(req: AuditRequest, *, recent: int = 6) -> str:
     if req.player_action is None:
         lines.append("This reply is the story's opening; there is no player action yet.")
     else:
-        lines += ["Player's action this turn:", f"<player_action>\n{req.player_action}\n</player_action>"]
+        lines += ["Player's action this turn:", fence(req.player_action, "player_action")]
     lines += ["", "Narrator reply under audit:", fence(req.reply)]
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,8 +18,12 @@ class _Out(BaseModel):
 SHORT = 300
 
 
+Fact = Annotated[str, Field(max_length=SHORT)]
+Ident = Annotated[str, Field(max_length=80)]
+
+
 class FactUpdateOutput(_Out):
-    add: list[str] = Field(description="New atomic facts the reply clearly establishes", max_length=8)
+    add: list[Fact] = Field(description="New atomic facts the reply clearly establishes", max_length=8)
     negate: list[str] = Field(description="Ids (f_N) of active facts the reply clearly makes false", max_length=8)
 
 
@@ -55,7 +59,7 @@ class TrajectoryOutput(_Out):
 class StatusUpdate(_Out):
     id: str
     status: Literal["SATISFIED", "PENDING"]
-    evidence: list[str] = Field(default_factory=list, description="Fact ids or node ids that show it", max_length=6)
+    evidence: list[Ident] = Field(default_factory=list, description="Fact ids or node ids that show it", max_length=6)
 
 
 class StatusOutput(_Out):

@@ -48,7 +48,7 @@ StepResult = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 MAX_REPLY_CHARS = 16_000
 """Longer replies are cut (and the record says so): no reply can grow memory or prompts unbounded."""
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 _THREAD = threading.local()

@@ -5,7 +5,9 @@ Guarantees (docs/RELIABILITY.md lists the test behind each):
 - a finished episode is one line appended to episodes.jsonl (written whole, flushed, fsynced);
   a torn last line from a kill is cut off at the next start;
 - an in-flight episode has a checkpoint, rewritten atomically (temp file, fsync, rename) after
-  every committed turn; a rerun continues it from its last committed turn;
+  every committed turn; a rerun continues it from its last committed turn, and removes the temp
+  file of a write a kill cut short;
+- a record is one line whatever a reader splits on (U+2028, U+2029, U+0085 are escaped too);
 - an episode is finished when its line is in episodes.jsonl: a rerun skips it, and deletes a
   checkpoint left behind by a kill between the append and the delete, so nothing is duplicated;
 - a failure in one episode becomes an ERROR record for that episode and never stops the others.
@@ -20,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -138,6 +141,24 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+_TEMP = re.compile(r"^\..+\.\d+\.tmp$")
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete the temp files of atomic writes that a kill interrupted (`.NAME.PID.tmp`).
+
+    They are never read (the rename never happened); call only while holding the folder's lock,
+    when no other writer can be mid-write.
+    """
+    for d in (folder, folder / "checkpoints"):
+        if not d.is_dir():
+            continue
+        for tmp in d.iterdir():
+            if _TEMP.match(tmp.name):
+                tmp.unlink(missing_ok=True)
+                log.warning("stale_temp_file_removed", file=str(tmp))
+
+
 def repair_jsonl(path: Path) -> None:
     """Cut a torn final line (a kill mid-append) so the next append starts on a fresh line."""
     if not path.exists():
@@ -172,8 +193,21 @@ def read_records(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def jsonl_line(data: dict[str, Any]) -> str:
+    """One record as exactly one line, whatever a reader splits on.
+
+    json.dumps escapes C0 controls but, with ensure_ascii=False, leaves U+2028, U+2029 and U+0085
+    raw; str.splitlines (and JavaScript) treat those as line breaks, so they are escaped too. They
+    only ever occur inside JSON strings, where the escape means the same character.
+    """
+    return json.dumps(data, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
+
+
 def append_line(handle: TextIO, data: dict[str, Any]) -> None:
-    handle.write(json.dumps(data, ensure_ascii=False) + "\n")
+    handle.write(jsonl_line(data))
     handle.flush()
     os.fsync(handle.fileno())
 
@@ -361,12 +395,13 @@ class BatchRunner:
         with run_lock(self.out):
             self._check_same_run(self._run_json())
             self.checkpoints.mkdir(exist_ok=True)
+            remove_stale_temp_files(self.out)
             repair_jsonl(self.episodes_path)
             done = read_records(self.episodes_path)
             if self.retry_errors:
                 kept = {k: v for k, v in done.items() if v.get("outcome") != Outcome.ERROR.value}
                 if len(kept) != len(done):
-                    atomic_write(self.episodes_path, "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in kept.values()))
+                    atomic_write(self.episodes_path, "".join(jsonl_line(v) for v in kept.values()))
                 done = kept
             tasks = plan(self.settings)
             for t in tasks:  # a kill between append and checkpoint delete leaves a stale checkpoint
@@ -534,6 +569,6 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, Any]:
         merged = {**base, "batch": batch, "name": out.name, "merged_from": [str(s) for s in shards],
                   "status": "complete" if len(records) == planned else "partial", "episodes_planned": planned,
                   "sessions": [sess for m in metas for sess in m.get("sessions", [])]}
-        atomic_write(out / "episodes.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records.values()))
+        atomic_write(out / "episodes.jsonl", "".join(jsonl_line(r) for r in records.values()))
         atomic_write(out / "run.json", json.dumps(merged, indent=2))
     return merged

@@ -15,13 +15,43 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ncpbench.spec import CommitmentType, Spec, derive_links, node_refs, parse_yaml
+from ncpbench.spec import CommitmentType, Spec, derive_links, node_refs
 from ncpbench.trajectory import TrajectoryGraph
 
-MAX_SPEC_BYTES = 2_000_000
-"""A real spec is ~10 KB; anything this big is a mistake or an attack, so it is not parsed."""
+MAX_SPEC_BYTES = 256_000
+"""A real spec is ~10 KB (the largest bundled one 17 KB); anything this big is a mistake or an attack,
+so it is not parsed. Parsed YAML takes ~180 MB of Python objects per MB of dense input (and the
+pure-Python parser, used when libyaml is missing, ~6 s per MB), so this limit is what keeps every
+file within seconds and tens of MB."""
 
 RANGES = {"initial_facts": (8, 31), "commitments": (5, 24), "trajectory": (6, 28)}
+
+
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """`spec.parse_yaml`'s safe loader (libyaml when present), except that a key repeated in one
+    mapping is an error.
+
+    Plain PyYAML keeps the last value, so a second `synopsis:` or `initial_facts:` would silently
+    replace the first. Merge keys (`<<`) may still be overridden, as YAML intends.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark, f"duplicate key {key_node.value!r}",
+                        key_node.start_mark)
+                seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+def parse_unique_yaml(text: str) -> Any:
+    """`spec.parse_yaml` (safe: no Python objects) that also refuses duplicate keys."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a safe loader subclass: no Python objects
 
 
 class Severity(StrEnum):
@@ -71,7 +101,7 @@ def read_spec_data(path: Path) -> tuple[Any, list[Finding]]:
     except OSError as e:
         return fail(f"cannot read file: {e.strerror}")
     try:
-        data = parse_yaml(text)
+        data = parse_unique_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

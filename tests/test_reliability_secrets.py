@@ -1,0 +1,200 @@
+"""Secrets: API keys never appear in logs, records, checkpoints, reports or exception messages.
+
+docs/RELIABILITY.md lists the guarantees this file proves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx2
+import openai
+import pytest
+import structlog
+from ncpbench.agents import ReplayPlayer
+from ncpbench.auditors.scripted import ReplayAuditor
+
+from ncpbench import NarrativeEnv, Outcome
+from ncpbench.episode import play_episode
+from ncpbench.logs import configure
+from ncpbench.models.client import ModelCallError, ModelClient, redact
+from ncpbench.models.config import RoleConfig, RunConfig
+from ncpbench.models.mock_server import MockConfig, MockServer
+from ncpbench.protocols import NarratorRequest
+from ncpbench.record import EpisodeRecord
+from ncpbench.roles import build_roles
+from ncpbench.spec import Spec
+
+MESSAGES = [{"role": "user", "content": "Say something."}]
+
+
+def canary(prefix: str = "sk-ncpbench-canary-") -> str:
+    return prefix + secrets.token_hex(12)
+
+
+def leaks(folder: Path, keys: list[str]) -> list[str]:
+    """Every file under `folder` (any format, binary included) that holds one of `keys`."""
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [f"{path}: {k[:12]}..." for k in keys if k.encode() in data]
+    return found
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ncpbench", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+@pytest.mark.slow
+def test_api_keys_appear_in_no_artifact_of_a_batch_with_debug_logs(tmp_path: Path) -> None:
+    keys = {"NCPB_NARRATOR_KEY": canary(), "NCPB_PLAYER_CRED": canary("ncpbench-canary-plain-"),
+            "OPENAI_API_KEY": canary()}
+    out = tmp_path / "run"
+    with MockServer(MockConfig(fault_rate=0.3, seed=5, hang_s=0.5, conflict_turns=frozenset({3}))) as server:
+        url = server.base_url
+        config = tmp_path / "run.yaml"  # the auditor comes from a config file, keyed by OPENAI_API_KEY
+        config.write_text(f"auditor: {{model: openai/auditor-model, base_url: '{url}', timeout_s: 0.3}}\n")
+        env = {**os.environ, **keys, "OPENAI_LOG": "debug"}
+        args = ["--log-level", "DEBUG", "run", "--envs", "iron-man,zombieland,alien", "--max-turns", "4",
+                "--out", str(out), "--cache", str(out / "cache.sqlite"), "--config", str(config),
+                "--narrator", "openai/narrator-model", "--narrator-base-url", url,
+                "--narrator-api-key-env", "NCPB_NARRATOR_KEY", "--narrator-timeout", "0.3",
+                "--player", "openai/player-model", "--player-base-url", url,
+                "--player-api-key-env", "NCPB_PLAYER_CRED", "--player-timeout", "0.3", "--no-progress"]
+        stopped = run_cli([*args, "--max-total-tokens", "1"], env)  # stops between turns: checkpoints stay
+        checkpoints = list((out / "checkpoints").glob("*.json"))
+        early_leaks = leaks(out, list(keys.values()))
+        finished = run_cli(args, env)
+    assert stopped.returncode == 0 and finished.returncode == 0, stopped.stderr[-2000:] + finished.stderr[-2000:]
+    assert checkpoints, "the budget stop left checkpoints to inspect"
+    assert "model_call" in finished.stderr, "DEBUG logs were on"
+    assert (out / "episodes.jsonl").read_text().count("\n") == 3
+
+    report_dir = tmp_path / "report"
+    has_report = run_cli(["report", "--help"], env).returncode == 0
+    if has_report:
+        report = run_cli(["report", str(out), "--out", str(report_dir)], env)
+        assert report.returncode == 0, report.stderr
+        assert any(report_dir.iterdir())
+        streams = [report.stdout, report.stderr]
+    else:
+        streams = []
+
+    streams += [stopped.stdout, stopped.stderr, finished.stdout, finished.stderr]
+    for key in keys.values():
+        assert not any(key in s for s in streams), "a key reached stdout or stderr"
+    assert early_leaks == [] and leaks(out, list(keys.values())) == []
+    if has_report:
+        assert leaks(report_dir, list(keys.values())) == []
+    assert "NCPB_NARRATOR_KEY" in (out / "run.json").read_text(), "the variable's name is recorded, its value never"
+
+
+def test_a_key_in_an_endpoint_error_message_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = canary("ncpbench-canary-plain-")  # no sk- prefix, in a variable whose name says nothing
+    monkeypatch.setenv("NCPB_ODD_NAME", key)
+    role = RoleConfig(model="openai/x", base_url="http://127.0.0.1:9/v1", api_key_env="NCPB_ODD_NAME", max_retries=0)
+
+    async def go() -> str:
+        client = ModelClient()
+        api = client._client(role)  # reads the key from the named variable
+
+        async def fail(**_: object) -> None:
+            request = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+            raise openai.APIError(f"Incorrect API key provided: {key}. Bearer {key}", request, body=None)
+
+        monkeypatch.setattr(api.chat.completions, "create", fail)
+        try:
+            await client.chat(role, MESSAGES)
+        except ModelCallError as e:
+            return str(e)
+        finally:
+            await client.aclose()
+        raise AssertionError("the call should have failed")
+
+    message = asyncio.run(go())
+    assert "Incorrect API key provided" in message and key not in message and "[redacted]" in message
+    assert key not in redact(f"later: the key {key} again"), "a key the client read stays known to redact"
+
+
+class EchoKeyHandler(BaseHTTPRequestHandler):
+    """An endpoint that rejects every call and quotes the presented key back, as hosted APIs do."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}", "code": "invalid_api_key",
+                                     "type": "invalid_request_error"}}).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+def test_an_endpoint_that_echoes_the_key_leaves_it_out_of_errors_records_and_logs(
+        tiny: Spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = canary()
+    monkeypatch.setenv("NCPB_ECHO_KEY", key)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoKeyHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    role = RoleConfig(model="openai/x", base_url=url, api_key_env="NCPB_ECHO_KEY", max_retries=0)
+    logs = io.StringIO()
+    saved = structlog.get_config()
+    monkeypatch.setattr(sys, "stderr", logs)
+    configure("DEBUG")  # structlog to `logs`, as the CLI's --log-level DEBUG does to stderr
+    try:
+        async def go() -> tuple[str, EpisodeRecord]:
+            client = ModelClient()
+            try:
+                try:
+                    await client.chat(role, MESSAGES)
+                except ModelCallError as e:
+                    message = str(e)
+                narrator, player, auditor = build_roles(RunConfig(narrator=role, player=role, auditor=role), client)
+                env = NarrativeEnv(tiny, player=player, auditor=auditor, max_turns=2)
+                return message, await play_episode(env, narrator)
+            finally:
+                await client.aclose()
+
+        message, record = asyncio.run(go())
+    finally:
+        structlog.configure(**saved)
+        server.shutdown()
+        server.server_close()
+    assert message == "openai/x: HTTP 401 after retries"
+    assert record.outcome is Outcome.ERROR and "HTTP 401" in (record.error or "")
+    assert key not in record.model_dump_json()
+    assert "episode_error" in logs.getvalue()
+    assert key not in logs.getvalue()
+
+
+@pytest.mark.parametrize("prefix", ["sk-ncpbench-canary-", "ncpbench-canary-plain-"])
+def test_a_role_that_fails_with_a_key_in_its_message_leaves_a_redacted_record(
+        tiny: Spec, monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    key = canary(prefix)
+    monkeypatch.setenv("NCPBENCH_TEST_API_KEY", key)
+
+    class Leaky:
+        def narrate(self, request: NarratorRequest) -> str:
+            if request.turn == 1:
+                raise RuntimeError(f"upstream said: invalid key {key} (Authorization: Bearer {key})")
+            return "An opening."
+
+    env = NarrativeEnv(tiny, player=ReplayPlayer(["I wait."]), auditor=ReplayAuditor(), max_turns=3)
+    record = asyncio.run(play_episode(env, Leaky()))
+    assert record.outcome is Outcome.ERROR and "invalid key" in (record.error or "")
+    assert key not in record.model_dump_json()
