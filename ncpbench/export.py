@@ -30,6 +30,7 @@ from typing import Any, Literal
 from ncpbench.agents.llm import LLMNarrator
 from ncpbench.dataset import get_spec
 from ncpbench.env import NarrativeEnv
+from ncpbench.jsonl import iter_jsonl
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import AuditRequest, NarratorRequest, PlayerRequest
@@ -58,20 +59,6 @@ def narrator_messages(request: NarratorRequest) -> list[dict[str, str]]:
 # -- reading ---------------------------------------------------------------------------------------
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn line (a run killed mid-append)
-            if isinstance(data, dict):
-                yield data
-
-
 def read_records(path: str | Path) -> list[EpisodeRecord]:
     """Episode records from a run folder, an episodes.jsonl or one record JSON file."""
     p = Path(path)
@@ -83,7 +70,7 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
         raise ExportError(f"{p}: no such file or folder")
     if p.suffix == ".jsonl":
         latest: dict[str, dict[str, Any]] = {}
-        for i, data in enumerate(_jsonl(p)):
+        for i, data in enumerate(iter_jsonl(p)):
             latest[str(data.get("episode_id") or f"#line{i}")] = data
         return [EpisodeRecord.model_validate(d) for d in latest.values()]
     data = json.loads(p.read_text(encoding="utf-8"))
@@ -101,7 +88,7 @@ def read_branches(path: str | Path) -> list[BranchSearch]:
                               "(examples/best_of_n.py writes them)")
     if not p.exists():
         raise ExportError(f"{p}: no such file or folder")
-    return [BranchSearch.model_validate(d) for d in _jsonl(p)]
+    return [BranchSearch.model_validate(d) for d in iter_jsonl(p)]
 
 
 # -- replaying a record ----------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
 from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
+from ncpbench.jsonl import iter_jsonl, jsonl_line
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import ModelClient
@@ -176,34 +177,7 @@ def repair_jsonl(path: Path) -> None:
 
 def read_records(path: Path) -> dict[str, dict[str, Any]]:
     """episode_id -> record data; the last line per id wins; unparsable lines are skipped."""
-    out: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return out
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and data.get("episode_id"):
-                out[data["episode_id"]] = data
-    return out
-
-
-_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
-
-
-def jsonl_line(data: dict[str, Any]) -> str:
-    """One record as exactly one line, whatever a reader splits on.
-
-    json.dumps escapes C0 controls but, with ensure_ascii=False, leaves U+2028, U+2029 and U+0085
-    raw; str.splitlines (and JavaScript) treat those as line breaks, so they are escaped too. They
-    only ever occur inside JSON strings, where the escape means the same character.
-    """
-    return json.dumps(data, ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
+    return {d["episode_id"]: d for d in iter_jsonl(path) if d.get("episode_id")}
 
 
 def append_line(handle: TextIO, data: dict[str, Any]) -> None:

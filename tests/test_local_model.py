@@ -79,7 +79,7 @@ def _start_run() -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL, preexec_fn=_default_sigint)
 
 
-def test_ctrl_c_stops_the_local_server() -> None:
+def _start_run_and_wait_for_server() -> tuple[subprocess.Popen[bytes], set[int]]:
     before = set(_llama_children())
     proc = _start_run()
     deadline = time.monotonic() + 120
@@ -87,6 +87,11 @@ def test_ctrl_c_stops_the_local_server() -> None:
         time.sleep(0.5)
     started = set(_llama_children()) - before
     assert started, "the local server never started"
+    return proc, started
+
+
+def test_ctrl_c_stops_the_local_server() -> None:
+    proc, started = _start_run_and_wait_for_server()
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
@@ -97,13 +102,7 @@ def test_ctrl_c_stops_the_local_server() -> None:
 
 
 def test_sigkill_of_ncpbench_takes_the_local_server_down_too() -> None:
-    before = set(_llama_children())
-    proc = _start_run()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (set(_llama_children()) - before):
-        time.sleep(0.5)
-    started = set(_llama_children()) - before
-    assert started
+    proc, started = _start_run_and_wait_for_server()
     proc.kill()
     proc.wait(timeout=10)
     deadline = time.monotonic() + 20
