@@ -12,9 +12,16 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
 
+MIN_QUOTE_CHARS = 8
+"""A quote shorter than this ("no", "he") says nothing about where a conflict is."""
+
+
 def is_grounded(quote: str | None, reply: str) -> bool:
-    """True when the quote (outer quote marks and ellipses trimmed) appears in the reply."""
+    """True when the quote (outer quote marks and ellipses trimmed) is a real piece of the reply:
+    at least MIN_QUOTE_CHARS long and found at word boundaries (so "no" is not found in "know")."""
     if not quote:
         return False
     q = normalise(quote).strip(" \"'.")
-    return bool(q) and q in normalise(reply)
+    if len(q) < MIN_QUOTE_CHARS:
+        return False
+    return re.search(rf"(?<!\w){re.escape(q)}(?!\w)", normalise(reply)) is not None

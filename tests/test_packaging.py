@@ -33,7 +33,7 @@ def test_wheel_installs_into_a_fresh_venv_and_loads_an_environment(tmp_path: Pat
                    check=True, capture_output=True, timeout=300)
     probe = (
         "import ncpbench, ncpbench.agents, ncpbench.auditors, ncpbench.dataset as d;"
-        "import ncpbench.reports, ncpbench.metrics, ncpbench.runner, ncpbench.models.local;"
+        "import ncpbench.reports, ncpbench.metrics, ncpbench.runner, ncpbench.models.local, ncpbench.auditeval;"
         "print(ncpbench.__file__); print(d.bundled_dir());"
         "spec = ncpbench.get_spec('iron-man'); print(spec.meta.title);"
         "import importlib.util; print(importlib.util.find_spec('agents'))"

@@ -1,0 +1,150 @@
+"""`ncpbench audit-eval`: measure an auditor on the planted-conflict suite (docs/AUDITOR_VALIDITY.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from ncpbench import __version__
+from ncpbench.auditeval import DEFAULT_CASES, generate_suite, rescore, run_audit_eval
+from ncpbench.auditeval.cases import AuditCase, dump_cases
+from ncpbench.auditeval.evaluate import CaseResult
+from ncpbench.auditeval.scoring import Scores
+from ncpbench.dataset import load
+from ncpbench.models.config import PROFILES, RoleConfig, resolve_run_config
+from ncpbench.spec import Spec
+
+AUDITOR_FLAGS: dict[str, Any] = {"base-url": str, "api-key-env": str, "temperature": float, "top-p": float,
+                                 "max-tokens": int, "seed": int, "structured": str, "timeout": float}
+LOCAL_TIMEOUT_S = 1800.0
+"""Per-request timeout for the embedded local model unless --auditor-timeout says otherwise."""
+_FIELD = {"base-url": "base_url", "api-key-env": "api_key_env", "top-p": "top_p", "max-tokens": "max_tokens",
+          "timeout": "timeout_s"}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("audit-eval", help="measure an auditor on a suite of planted conflicts and clean controls",
+                       description="Generate a labelled suite of audit cases from the environment specs (seeded), "
+                                   "run the audit pipeline on every case, and report precision / recall / F1 per "
+                                   "conflict kind, the false-positive rate on clean controls, and trajectory / "
+                                   "commitment-status agreement, with confidence intervals.")
+    p.add_argument("--auditor", metavar="MODEL", help="auditor model, provider/model (openai/…, mock/…, local/…)")
+    for flag, typ in AUDITOR_FLAGS.items():
+        p.add_argument(f"--auditor-{flag}", type=typ,
+                       help="auditor endpoint, e.g. http://localhost:8000/v1 (vLLM)" if flag == "base-url" else
+                       argparse.SUPPRESS)
+    p.add_argument("--profile", default="default", choices=sorted(PROFILES), help="sampling defaults")
+    p.add_argument("--config", help="run config file (YAML or JSON); only its auditor section is used")
+    p.add_argument("--cache", help="SQLite response cache path (opt-in; replays a run exactly)")
+    p.add_argument("--envs", default="all", help="all (default) or a comma-separated list of slugs")
+    p.add_argument("--dataset", help="spec folder (default: bundled)")
+    p.add_argument("--cases", type=int, default=DEFAULT_CASES,
+                   help=f"suite size (default {DEFAULT_CASES}; any N is balanced across the 9 categories)")
+    p.add_argument("--seed", type=int, default=0, help="suite seed (same seed -> identical cases.jsonl)")
+    p.add_argument("--concurrency", type=int, default=4, help="cases audited at once (default 4)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the F1 intervals")
+    p.add_argument("--out", required=True, help="output folder: cases.jsonl, results.jsonl, scores.json, report.*")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--generate-only", action="store_true", help="write cases.jsonl and stop (no model calls)")
+    mode.add_argument("--report-only", action="store_true",
+                      help="re-score an existing --out folder (cases.jsonl + results.jsonl); no model calls")
+    p.set_defaults(func=cmd_audit_eval)
+
+
+def select_specs(envs: str, dataset: str | None) -> list[Spec]:
+    ds = load(dataset)
+    if envs.strip().lower() in ("", "all"):
+        return list(ds)
+    return [ds[slug.strip()] for slug in envs.split(",") if slug.strip()]
+
+
+def auditor_role(args: argparse.Namespace) -> RoleConfig:
+    values: dict[str, Any] = {"model": args.auditor}
+    for flag in AUDITOR_FLAGS:
+        values[_FIELD.get(flag, flag)] = getattr(args, f"auditor_{flag.replace('-', '_')}")
+    config = resolve_run_config({"auditor": values}, config_file=args.config, profile=args.profile)
+    role = config.auditor
+    if role.provider == "local" and args.auditor_timeout is None:
+        # One CPU-bound llama.cpp slot: stage calls queue behind each other, and a retried timeout only
+        # queues more work behind the abandoned one, so wait long instead of retrying.
+        role = role.model_copy(update={"timeout_s": LOCAL_TIMEOUT_S, "max_retries": 1})
+    return role
+
+
+def headline(scores: Scores) -> list[str]:
+    lines = [f"scored {scores.scored}/{scores.cases} cases ({scores.errors} failed"
+             + (f", {scores.missing} not reached" if scores.missing else "") + ")"]
+    for k in scores.kinds.values():
+        f1 = "n/a" if k.f1 is None else f"{k.f1:.3f}"
+        p = "n/a" if k.precision.value is None else f"{k.precision.value:.3f}"
+        r = "n/a" if k.recall.value is None else f"{k.recall.value:.3f}"
+        lines.append(f"  {k.kind:<13} precision {p}  recall {r}  F1 {f1}")
+    fpr = "n/a" if scores.fpr.value is None else f"{scores.fpr.value:.1%}"
+    agree = scores.trajectory.agreement.value
+    lines.append(f"  false alarms on clean controls {fpr} ({scores.fpr.k}/{scores.fpr.n}); trajectory agreement "
+                 f"{'n/a' if agree is None else f'{agree:.1%}'} (n={scores.trajectory.agreement.n})")
+    return lines
+
+
+def cmd_audit_eval(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if args.report_only:
+        scores = rescore(out, bootstrap_rounds=args.bootstrap)
+        print("\n".join(headline(scores)))
+        print(f"reports rewritten in {out}")
+        return 0
+    if args.cases < 1:
+        print("ncpbench: --cases must be at least 1", file=sys.stderr)
+        return 2
+    specs = select_specs(args.envs, args.dataset)
+    if args.generate_only:
+        out.mkdir(parents=True, exist_ok=True)
+        cases = generate_suite(specs, args.cases, args.seed)
+        dump_cases(cases, out / "cases.jsonl")
+        print(f"{len(cases)} cases from {len({c.env_id for c in cases})} environments written to "
+              f"{out / 'cases.jsonl'}")
+        return 0
+    if not args.auditor and not args.config:
+        print("ncpbench: name the auditor under test with --auditor MODEL (or --config)", file=sys.stderr)
+        return 2
+    role = auditor_role(args)
+    from ncpbench.auditors import LLMAuditor
+    from ncpbench.cli.run import LOCAL_NOTE
+    from ncpbench.models.cache import ResponseCache
+    from ncpbench.models.client import ModelClient
+
+    if role.provider == "local":
+        print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)
+    meta = {"auditor": role.model, "endpoint": role.base_url or role.provider, "envs": args.envs,
+            "ncpbench": __version__, "structured output": role.structured_mode()}
+    total = args.cases
+    done = [0]
+
+    def progress(case: AuditCase, result: CaseResult) -> None:
+        done[0] += 1
+        if result.verdict is None:
+            what = f"error: {result.error}"
+        else:
+            what = ", ".join(f"{c.kind.value} {c.target or ''}".strip() for c in result.verdict.conflicts) or "clean"
+        print(f"[{done[0]}/{total}] {case.id}: {what} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    async def go() -> Scores:
+        cache = ResponseCache(args.cache) if args.cache else None
+        client = ModelClient(cache=cache)
+        try:
+            auditor = LLMAuditor(client, role, salt="audit-eval")
+            return await run_audit_eval(auditor, out, specs=specs, n=args.cases, seed=args.seed,
+                                        concurrency=args.concurrency, meta=meta, bootstrap_rounds=args.bootstrap,
+                                        on_result=progress)
+        finally:
+            await client.aclose()
+            if cache:
+                cache.close()
+
+    scores = asyncio.run(go())
+    print("\n".join(headline(scores)))
+    print(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    return 0
