@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 from ncpbench.auditors.grounding import is_grounded as grounded
 
 
