@@ -21,14 +21,15 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from ncpbench.episode import EpisodeInterrupted
 from ncpbench.protocols import NarratorRequest, PlayerRequest
 from ncpbench.views import render_story_state
 
 QUIT = "/quit"
 
 
-class EndOfSession(Exception):
-    """The person ended the session (`/quit` or end of input)."""
+class EndOfSession(EpisodeInterrupted):
+    """The person ended the session (`/quit` or end of input): the episode pauses, state intact."""
 
 
 class LineReader:

@@ -162,7 +162,7 @@ def test_export_writes_jsonl_for_a_run_folder(tmp_path: Path, tiny: Spec) -> Non
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ncpbench.cli.export", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ncpbench", "export", *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd)
 
 

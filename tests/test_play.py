@@ -25,7 +25,7 @@ def mock() -> Iterator[MockServer]:
 
 
 def play(*args: str, stdin: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ncpbench.cli.play", *args], input=stdin, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ncpbench", "play", *args], input=stdin, capture_output=True,
                           text=True, timeout=120, cwd=cwd)
 
 

@@ -1,14 +1,12 @@
 """`ncpbench export RUN --format sft|preference --out FILE`: training data from run folders.
 
-See `ncpbench.export` for the formats. `python -m ncpbench.cli.export RUN ...` runs it without the
-top-level command.
+See `ncpbench.export` for the formats.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 
 from ncpbench.export import FORMATS, ExportError, export
 
@@ -41,17 +39,3 @@ def cmd_export(args: argparse.Namespace) -> int:
               file=sys.stderr)
     return 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`ncpbench export` on its own (until the top-level command registers it)."""
-    from ncpbench.logs import configure
-
-    parser = argparse.ArgumentParser(prog="ncpbench")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["export", *(sys.argv[1:] if argv is None else argv)])
-    configure()
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

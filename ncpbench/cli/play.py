@@ -11,8 +11,6 @@ cleanly (so does Ctrl-C at the prompt). The session is saved as an ordinary epis
 `--run-dir`'s episodes.jsonl), which `report` and `export` read. A session you end before the turn
 limit is recorded as SURVIVAL with the turns actually played as its limit (`max_turns`), and
 `config.play.ended_by = "quit"`: an observation censored where you stopped, like any SURVIVAL.
-
-`python -m ncpbench.cli.play SLUG ...` runs it without the top-level command.
 """
 
 from __future__ import annotations
@@ -20,9 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,14 +29,16 @@ from rich.markup import escape
 from ncpbench.agents.human import EndOfSession, HumanNarrator, HumanPlayer
 from ncpbench.cli.run import add_model_options, config_from_args, print_step
 from ncpbench.dataset import get_spec
-from ncpbench.env import AuditError, NarrativeEnv, narrate
-from ncpbench.episode import describe_failure
+from ncpbench.env import NarrativeEnv
+from ncpbench.episode import play_episode
+from ncpbench.jsonl import iter_jsonl
 from ncpbench.models.cache import ResponseCache
-from ncpbench.models.client import InvalidOutputError, ModelCallError, ModelClient
+from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RunConfig
 from ncpbench.protocols import Narrator, PlayerRequest
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
+from ncpbench.runner import append_line, atomic_write, repair_jsonl, run_lock
 from ncpbench.state import Outcome
 
 HumanRole = Literal["narrator", "player"]
@@ -70,17 +69,11 @@ async def play_session(env: NarrativeEnv, narrator: Narrator, *, seed: int = 0, 
     """
     config = dict(config or {})
     play = dict(config.get("play") or {})
-    _, info = env.reset(seed=seed)
     quit_early = False
-    try:
-        while not env.state.done:
-            _, _, _, _, info = await env.astep(await narrate(narrator, info["narrator_request"]))
-            if on_step is not None:
-                on_step(env, info)
+    try:  # the shared episode loop; model failures become ERROR there, as in any run
+        await play_episode(env, narrator, seed=seed, replicate=replicate, on_step=on_step)
     except (EndOfSession, KeyboardInterrupt):
         quit_early = not env.state.done
-    except (ModelCallError, InvalidOutputError, AuditError, TimeoutError) as e:
-        env.fail(describe_failure(e))
     play["ended_by"] = "quit" if quit_early else "episode_end"
     play["turn_limit"] = env.max_turns
     config["play"] = play
@@ -95,15 +88,10 @@ async def play_session(env: NarrativeEnv, narrator: Narrator, *, seed: int = 0, 
 
 def _next_replicate(path: Path, env_id: str) -> int:
     used = set()
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            eid = str(data.get("episode_id", "")) if isinstance(data, dict) else ""
-            if eid.startswith(f"{env_id}#") and eid.split("#", 1)[1].isdigit():
-                used.add(int(eid.split("#", 1)[1]))
+    for data in iter_jsonl(path):
+        eid = str(data.get("episode_id", ""))
+        if eid.startswith(f"{env_id}#") and eid.split("#", 1)[1].isdigit():
+            used.add(int(eid.split("#", 1)[1]))
     return max(used, default=-1) + 1
 
 
@@ -112,20 +100,19 @@ def append_to_run(run_dir: str | Path, record: EpisodeRecord) -> EpisodeRecord:
     from ncpbench import __version__
 
     folder = Path(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     episodes = folder / "episodes.jsonl"
-    replicate = _next_replicate(episodes, record.env_id)
-    record = record.model_copy(update={"episode_id": f"{record.env_id}#{replicate}", "replicate": replicate})
-    run_json = folder / "run.json"
-    if not run_json.exists():
-        run_json.write_text(json.dumps({"name": folder.name, "kind": "play", "ncpbench_version": __version__,
-                                        "config": record.config, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                        "status": "open"}, indent=2))
-    data = episodes.read_bytes() if episodes.exists() else b""
-    with episodes.open("a", encoding="utf-8") as f:
-        if data and not data.endswith(b"\n"):
-            f.write("\n")  # never glue onto a torn line
-        f.write(json.dumps(record.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    # The runner's own file discipline: the folder lock, a torn last line cut, one fsynced line.
+    with run_lock(folder):
+        repair_jsonl(episodes)
+        replicate = _next_replicate(episodes, record.env_id)
+        record = record.model_copy(update={"episode_id": f"{record.env_id}#{replicate}", "replicate": replicate})
+        run_json = folder / "run.json"
+        if not run_json.exists():
+            atomic_write(run_json, json.dumps({
+                "name": folder.name, "kind": "play", "ncpbench_version": __version__, "config": record.config,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": "open"}, indent=2))
+        with episodes.open("a", encoding="utf-8") as f:
+            append_line(f, record.model_dump(mode="json"))
     return record
 
 
@@ -212,21 +199,3 @@ def cmd_play(args: argparse.Namespace) -> int:
     console.print(f"record written to {escape(str(out))}")
     return 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`ncpbench play` on its own (until the top-level command registers it)."""
-    from ncpbench.logs import configure
-
-    parser = argparse.ArgumentParser(prog="ncpbench")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["play", *(sys.argv[1:] if argv is None else argv)])
-    configure()
-    try:
-        return int(args.func(args))
-    except KeyError as e:
-        print(f"ncpbench: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
