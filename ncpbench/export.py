@@ -35,6 +35,7 @@ from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import AuditRequest, NarratorRequest, PlayerRequest
 from ncpbench.record import EpisodeRecord, TurnRecord
+from ncpbench.reports.runs import RunFormatError, read_episodes
 from ncpbench.rl import BranchSearch
 from ncpbench.spec import Spec
 from ncpbench.verdict import Verdict
@@ -69,10 +70,11 @@ def read_records(path: str | Path) -> list[EpisodeRecord]:
     if not p.exists():
         raise ExportError(f"{p}: no such file or folder")
     if p.suffix == ".jsonl":
-        latest: dict[str, dict[str, Any]] = {}
-        for i, data in enumerate(iter_jsonl(p)):
-            latest[str(data.get("episode_id") or f"#line{i}")] = data
-        return [EpisodeRecord.model_validate(d) for d in latest.values()]
+        try:  # the report's reader: last line per episode wins, a torn last line is skipped
+            records, _ = read_episodes(p)
+        except RunFormatError as e:
+            raise ExportError(str(e)) from None
+        return records
     data = json.loads(p.read_text(encoding="utf-8"))
     items = data if isinstance(data, list) else [data]
     return [EpisodeRecord.model_validate(d) for d in items]

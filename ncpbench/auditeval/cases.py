@@ -27,7 +27,6 @@ See docs/AUDITOR_VALIDITY.md for the construction and why each label holds.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -37,6 +36,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from ncpbench.commitments import Status, structural_updates
+from ncpbench.jsonl import write_jsonl
 from ncpbench.ledger import FactDiff
 from ncpbench.protocols import AuditRequest
 from ncpbench.spec import Commitment, CommitmentType, Node, Spec
@@ -687,9 +687,7 @@ def generate_suite(specs: Iterable[Spec], n: int = DEFAULT_CASES, seed: int = 0)
 
 def dump_cases(cases: Iterable[AuditCase], path: str | Path) -> None:
     """One JSON object per line, keys sorted, so the same suite gives byte-identical files."""
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for case in cases:
-            fh.write(json.dumps(case.model_dump(mode="json"), sort_keys=True, ensure_ascii=False) + "\n")
+    write_jsonl(cases, Path(path))
 
 
 def load_cases(path: str | Path) -> list[AuditCase]:

@@ -8,8 +8,6 @@ left out of the scores (and counted), so one bad answer does not sink a long run
 from __future__ import annotations
 
 import asyncio
-import inspect
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ncpbench.auditeval.cases import AuditCase
+from ncpbench.env import resolve
+from ncpbench.jsonl import write_jsonl
 from ncpbench.protocols import Auditor
 from ncpbench.spec import Spec
 from ncpbench.verdict import Verdict
@@ -45,8 +45,7 @@ def _specs_for(cases: Sequence[AuditCase], specs: Mapping[str, Spec] | None) -> 
 async def audit_case(auditor: Auditor, case: AuditCase, spec: Spec) -> CaseResult:
     started = time.perf_counter()
     try:
-        out = auditor.audit(case.request(spec))
-        verdict = await out if inspect.isawaitable(out) else out
+        verdict = await resolve(auditor.audit(case.request(spec)))
         if not isinstance(verdict, Verdict):
             raise TypeError(f"audit() returned {type(verdict).__name__}, not a Verdict")
         return CaseResult(case_id=case.id, verdict=verdict, seconds=round(time.perf_counter() - started, 3))
@@ -79,9 +78,7 @@ async def evaluate(auditor: Auditor, cases: Sequence[AuditCase], concurrency: in
 
 
 def dump_results(results: Iterable[CaseResult], path: str | Path) -> None:
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for r in results:
-            fh.write(json.dumps(r.model_dump(mode="json"), sort_keys=True, ensure_ascii=False) + "\n")
+    write_jsonl(results, Path(path))
 
 
 def load_results(path: str | Path) -> list[CaseResult]:

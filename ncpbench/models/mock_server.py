@@ -88,16 +88,22 @@ def _text(messages: list[dict[str, Any]]) -> tuple[str, str]:
     return system, user
 
 
+def _stage_name(body: dict[str, Any], marker: re.Pattern[str]) -> str | None:
+    """The stage a request is for: its json_schema name, else the last stage marker in the prompt
+    (our prompts put the stage after the fenced reply, so the last mention is the real one)."""
+    name = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+    if name is not None:
+        return str(name)
+    system, user = _text(body.get("messages") or [])
+    found = marker.findall(system + "\n" + user)
+    return found[-1] if found else None
+
+
 def _scripted(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | None) -> str | None:
     """The next scripted content for the request's stage, if any is left."""
     if not cfg.scripted:
         return None
-    fmt = body.get("response_format") or {}
-    name = (fmt.get("json_schema") or {}).get("name")
-    if name is None:
-        system, user = _text(body.get("messages") or [])
-        found = _SCRIPT_STAGE.findall(system + "\n" + user)
-        name = found[-1] if found else None
+    name = _stage_name(body, _SCRIPT_STAGE)
     if name is None:
         return None
     with lock or threading.Lock():
@@ -112,12 +118,7 @@ def answer_for(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | Non
         return "scripted", scripted
     messages = body.get("messages") or []
     system, user = _text(messages)
-    fmt = body.get("response_format") or {}
-    stage_name = (fmt.get("json_schema") or {}).get("name")
-    if stage_name is None:
-        # Our prompts put the stage after the fenced reply, so the last mention is the real one.
-        found = _STAGE.findall(system + "\n" + user)
-        stage_name = found[-1] if found else None
+    stage_name = _stage_name(body, _STAGE)
     if stage_name:
         return "auditor", json.dumps(_audit(stage_name, user, cfg))
     if "You are the narrator" in system:
