@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 import gymnasium as gym
 from gymnasium import spaces
 
+from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.dataset import get_spec
 from ncpbench.ledger import LedgerError
 from ncpbench.protocols import Auditor, AuditRequest, Narrator, NarratorRequest, Player
@@ -162,6 +163,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self.history: list[TurnRecord] = []
         self.episode_seed = 0
         self.error: str | None = None
+        self._player_usage: Usage | None = None
+        """Tokens the player spent on the pending action; billed to the turn that answers it."""
 
     # -- Gymnasium API -------------------------------------------------------------------------
 
@@ -172,6 +175,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self.pending_action = None
         self.history = []
         self.error = None
+        self._player_usage = None
         if options and "snapshot" in options:
             self.restore(options["snapshot"])
         return self._observation(), self._info(None, {}, [])
@@ -233,8 +237,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
                              max_reply_chars=self.max_reply_chars)
         other.restore(self.snapshot())
         other._np_random = copy.deepcopy(self._np_random)
-        if hasattr(self, "_player_usage"):
-            other._player_usage = self._player_usage
+        other._player_usage = self._player_usage
         return other
 
     def fail(self, error: str) -> None:
@@ -311,13 +314,13 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
                 done.add(node)
             else:
                 rejected.append(node)
-        satisfied_before = sum(c.status.value == "SATISFIED" for c in self.state.commitments.items)
+        satisfied_before = sum(c.status is Status.SATISFIED for c in self.state.commitments.items)
         try:
             new_state = self.state.commit_turn(self.story, self.graph, action, reply, verdict.fact_diff, completed,
                                                list(verdict.commitment_updates))
         except (LedgerError, KeyError) as e:
             raise AuditError(f"verdict for turn {turn} cannot apply: {e}") from e
-        satisfied_now = sum(c.status.value == "SATISFIED" for c in new_state.commitments.items)
+        satisfied_now = sum(c.status is Status.SATISFIED for c in new_state.commitments.items)
         success = new_state.commitments.all_achieved()
         truncated = not success and new_state.turn >= self.max_turns
         if success:
@@ -336,8 +339,6 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         return self._observation(), sum(parts.values()), success, truncated, self._info(verdict, parts, notes)
 
     def _mark_violations(self, verdict: Verdict) -> EpisodeState:
-        from ncpbench.commitments import CommitmentUpdate, Status
-
         known = {c.id for c in self.state.commitments.items}
         updates = [CommitmentUpdate(id=c.target, status=Status.VIOLATED, evidence=[c.evidence])
                    for c in verdict.conflicts if c.kind is ConflictKind.COMMITMENT and c.target in known]
@@ -365,7 +366,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         for u in verdict.usage.values():
             auditor = auditor.add(u)
         out = {"narrator": narrator, "auditor": auditor}
-        player = getattr(self, "_player_usage", None)
+        player = self._player_usage
         if player is not None:
             out["player"] = player
         return out
