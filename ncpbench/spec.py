@@ -33,6 +33,9 @@ class Meta(SpecModel):
     """Our extension: the roster slug."""
     source_id: str | None = None
     """Our extension: the published id of the same film."""
+    version: int = 0
+    """Our extension: the environment's version, the `-vN` of its Gymnasium id. Bumped whenever a
+    revision changes what a narration must do to pass, so scores of different versions never mix."""
 
 
 class Fact(SpecModel):
@@ -81,6 +84,9 @@ class Node(SpecModel):
     key_delta: str
     requires: list[str] | None = None
     """Predecessors; None = the previous node in list order (a linear plot)."""
+    exit: bool = False
+    """Our extension: the player character leaves the story in this node (dies, departs for good).
+    Nothing can be witnessed after it, so no node may follow it and no commitment may depend on a later one."""
 
 
 class Spec(SpecModel):
@@ -104,7 +110,13 @@ class Spec(SpecModel):
 
 def spec_to_data(spec: Spec) -> dict[str, Any]:
     """Plain data in the file's field order, omitting absent optional links."""
-    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if not data["meta"].get("version"):
+        data["meta"].pop("version", None)
+    for node in data["trajectory"]:
+        if not node.get("exit"):
+            node.pop("exit", None)
+    return data
 
 
 class _Dumper(yaml.SafeDumper):
