@@ -32,6 +32,7 @@ from gymnasium import spaces
 
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.dataset import get_spec
+from ncpbench.errors import AuditError
 from ncpbench.ledger import LedgerError
 from ncpbench.protocols import Auditor, AuditRequest, Narrator, NarratorRequest, Player
 from ncpbench.record import AgentReply, EpisodeRecord, TurnRecord
@@ -75,10 +76,6 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     if not loop.is_closed() and not loop.is_running():
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-class AuditError(RuntimeError):
-    """The auditor returned a verdict that cannot apply to this state (e.g. an unknown fact id)."""
 
 
 async def resolve(value: T | Awaitable[T]) -> T:

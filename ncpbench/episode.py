@@ -11,9 +11,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ncpbench.env import AuditError, NarrativeEnv, narrate
+from ncpbench.env import NarrativeEnv, narrate
+from ncpbench.errors import AuditError, InvalidOutputError, ModelCallError
 from ncpbench.logs import get_logger
-from ncpbench.models.client import InvalidOutputError, ModelCallError, redact
+from ncpbench.models.client import redact
 from ncpbench.protocols import Narrator
 from ncpbench.record import EpisodeRecord
 

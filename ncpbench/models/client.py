@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
+from ncpbench.errors import InvalidOutputError, MalformedResponse, ModelCallError
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.config import RoleConfig
@@ -34,18 +35,6 @@ REASKS = 2
 """An invalid output is re-asked at most twice (the published setup), then it is an error."""
 _CALL_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("ncpbench_call_attempts", default=None)
 """Transport attempts of the call running in this task (the global counter is shared by every call)."""
-
-
-class ModelCallError(RuntimeError):
-    """The endpoint failed after the client's retries (HTTP error, timeout, connection)."""
-
-
-class MalformedResponse(ModelCallError):
-    """HTTP 200 with a body that is not a chat completion; `structured` treats it as invalid output."""
-
-
-class InvalidOutputError(RuntimeError):
-    """The model kept answering with output that does not validate."""
 
 
 @dataclass
