@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from ncpbench.protocols import NarratorRequest
-from ncpbench.views import render_story_state, render_transcript
+
+from .prompts import narrator_messages
 
 
 def narrator_prompt(request: NarratorRequest) -> str:
-    """The plain-text view handed to a callable narrator: state, transcript, and the action."""
-    parts = [render_story_state(request), "", "Transcript so far:",
-             render_transcript(request.transcript, request.player_role) or "(nothing yet)", ""]
-    if request.player_action is None:
-        parts.append("Write the opening of the story.")
-    else:
-        parts.append(f"{request.player_role} now does: {request.player_action}")
-    return "\n".join(parts)
+    """The plain-text prompt handed to a callable narrator: the same instructions, story state and
+    story log the LLM narrator gets, as one string."""
+    system, user = (m["content"] for m in narrator_messages(request))
+    return f"{system}\n\n{user}"
 
 
 class CallableNarrator:

@@ -1,24 +1,45 @@
-"""LLM agents: a narrator and a player that talk to any OpenAI-compatible model."""
+"""LLM agents: a narrator and a player that talk to any OpenAI-compatible model.
+
+Both prompts are laid out append-only (stable instructions and story head, then the story log,
+then what is new for this call), so a provider's prompt cache serves most of every call. The
+narrator sees what the published baseline narrator sees: every commitment with its conditions,
+the facts, the current plot node with its trigger and key delta, the whole story so far and the
+player's input. The player sees only the visible story, all of it.
+
+An empty answer is invalid output, never a move: it is re-asked at most twice, then the call
+fails with InvalidOutputError (the episode becomes ERROR, never a verdict).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from ncpbench.agents import prompts
-from ncpbench.agents.callable import narrator_prompt
-
+from ncpbench.errors import InvalidOutputError
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import NarratorRequest, PlayerRequest
 from ncpbench.record import AgentReply
-from ncpbench.views import render_transcript
+from ncpbench.verdict import Usage
 
-RECENT = 12
-"""Exchanges of transcript the player sees (long episodes would otherwise outgrow small contexts)."""
+from .prompts import narrator_messages, player_messages
+
+REASKS = 2
+"""An empty answer is asked again at most twice (the published setup for invalid output)."""
+
+
+async def _non_empty(client: ModelClient, role: RoleConfig, messages: list[dict[str, str]], salt: str,
+                     what: str) -> AgentReply:
+    usage = Usage()
+    for attempt in range(REASKS + 1):
+        out = await client.chat(role, messages, salt=salt if attempt == 0 else f"{salt}|reask{attempt}")
+        usage = usage.add(out.usage)
+        if out.text.strip():
+            return AgentReply(text=out.text.strip(), usage=usage)
+    raise InvalidOutputError(f"empty {what}: the model answered with no text {REASKS + 1} times")
 
 
 class LLMNarrator:
-    """Sees the transcript and the story state (facts, commitments, the next plot point)."""
+    """Sees the story state the published baseline narrator sees (see the module docstring)."""
 
     def __init__(self, client: ModelClient, role: RoleConfig, salt: str = "") -> None:
         self.client = client
@@ -26,19 +47,15 @@ class LLMNarrator:
         self.salt = salt
 
     def messages(self, request: NarratorRequest) -> list[dict[str, str]]:
-        system = prompts.NARRATOR_SYSTEM.format(title=request.title, role=request.player_role)
-        user = narrator_prompt(request)
-        if request.player_action is None:
-            user += "\n" + prompts.NARRATOR_OPENING.format(role=request.player_role)
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return narrator_messages(request)
 
     async def narrate(self, request: NarratorRequest) -> AgentReply:
-        out = await self.client.chat(self.role, self.messages(request), salt=f"{self.salt}|narrator|{request.turn}")
-        return AgentReply(text=out.text.strip(), usage=out.usage)
+        return await _non_empty(self.client, self.role, self.messages(request), f"{self.salt}|narrator|{request.turn}",
+                                "narration")
 
 
 class LLMPlayer:
-    """Sees only the visible transcript and its role: never facts, commitments or the plot."""
+    """Sees only the visible story and its role: never facts, commitments or the plot."""
 
     def __init__(self, client: ModelClient, role: RoleConfig, mode: Literal["adversarial", "cooperative"] = "adversarial",
                  salt: str = "") -> None:
@@ -48,13 +65,8 @@ class LLMPlayer:
         self.salt = salt
 
     def messages(self, request: PlayerRequest) -> list[dict[str, str]]:
-        system = prompts.PLAYER_SYSTEM[self.mode].format(title=request.title, role=request.player_role)
-        transcript = render_transcript(request.transcript[-RECENT:], request.player_role) or "(the story is about to begin)"
-        user = prompts.PLAYER_TURN.format(transcript=transcript, role=request.player_role)
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return player_messages(request, self.mode)
 
     async def act(self, request: PlayerRequest) -> AgentReply:
-        out = await self.client.chat(self.role, self.messages(request),
-                                     salt=f"{self.salt}|player|{request.seed}|{request.turn}")
-        text = out.text.strip() or "I wait to see what happens next."
-        return AgentReply(text=text, usage=out.usage)
+        return await _non_empty(self.client, self.role, self.messages(request),
+                                f"{self.salt}|player|{request.seed}|{request.turn}", "player action")

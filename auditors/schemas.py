@@ -56,6 +56,13 @@ class TrajectoryOutput(_Out):
     evidence: str = Field(default="", max_length=SHORT)
 
 
+class NodeJudgement(_Out):
+    node: str = Field(description="The current node's id")
+    trigger_happened: bool = Field(description="Its trigger event has explicitly happened in the story so far")
+    key_delta_happened: bool = Field(description="Its key delta has explicitly happened in the story so far")
+    evidence: str = Field(default="", description="A short quote or turn reference that shows it", max_length=SHORT)
+
+
 class StatusUpdate(_Out):
     id: str
     status: Literal["SATISFIED", "PENDING"]
@@ -89,3 +96,9 @@ def narrowed(model: type[BaseModel], enums: dict[tuple[str, str], list[str]],
             description = field.get("description")
             target["properties"][prop] = {**enum, **({"description": description} if description else {})}
     return schema
+
+
+class StatusJudgements(_Out):
+    """The published status check: every listed commitment judged, SATISFIED or PENDING."""
+
+    judgements: list[StatusUpdate] = Field(max_length=40)

@@ -5,7 +5,8 @@ The public face: load specs, make environments, and the data types that cross bo
 
 from ncpbench.commitments import CommitmentBook, CommitmentUpdate, Status
 from ncpbench.dataset import Dataset, bundled, get_spec, load
-from ncpbench.env import AuditError, NarrativeEnv
+from ncpbench.env import NarrativeEnv
+from ncpbench.errors import AuditError
 from ncpbench.ledger import FactDiff, FactLedger, LedgerError
 from ncpbench.protocols import Auditor, AuditRequest, Narrator, NarratorRequest, Player, PlayerRequest
 from ncpbench.record import AgentReply, EpisodeRecord, TurnRecord

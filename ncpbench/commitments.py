@@ -1,8 +1,9 @@
-"""Commitment statuses: PENDING until satisfied (with evidence) or violated.
+"""Commitment statuses: PENDING, SATISFIED (with evidence) or VIOLATED.
 
-Pure. Statuses only move forward: PENDING -> SATISFIED, or PENDING -> VIOLATED (a confirmed
-commitment conflict). Some satisfactions follow from the plot graph alone (`structural_updates`),
-so an achievement tied to a node is satisfied the moment that node completes.
+Pure. VIOLATED (a confirmed commitment conflict) is final. Whether SATISFIED may go back to
+PENDING is the protocol's choice (`apply(..., revert=True)`: the published status check re-judges
+every commitment every turn). Some satisfactions follow from the plot graph alone
+(`structural_updates`); only the grounded protocol credits them.
 """
 
 from __future__ import annotations
@@ -58,15 +59,25 @@ class CommitmentBook(BaseModel):
                 return c
         raise KeyError(f"unknown commitment id {cid!r}")
 
-    def apply(self, updates: Iterable[CommitmentUpdate], turn: int) -> CommitmentBook:
-        """Apply updates to PENDING commitments; unknown ids raise, settled ones are left as they are."""
+    def apply(self, updates: Iterable[CommitmentUpdate], turn: int, *, revert: bool = False) -> CommitmentBook:
+        """Apply status judgements; unknown ids raise, VIOLATED ones never change.
+
+        Without `revert`, only PENDING commitments move (to SATISFIED or VIOLATED). With it, a
+        SATISFIED commitment judged PENDING goes back to PENDING (and may be satisfied again later).
+        """
         by_id = {c.id: c for c in self.items}
         for u in updates:
             if u.id not in by_id:
                 raise KeyError(f"unknown commitment id {u.id!r}")
             cur = by_id[u.id]
-            if cur.status is Status.PENDING and u.status is not Status.PENDING:
+            if cur.status is Status.VIOLATED or u.status is cur.status:
+                continue
+            if cur.status is Status.PENDING:
                 by_id[u.id] = cur.model_copy(update={"status": u.status, "evidence": tuple(u.evidence), "turn": turn})
+            elif revert and u.status is Status.PENDING:
+                by_id[u.id] = cur.model_copy(update={"status": Status.PENDING, "evidence": tuple(u.evidence), "turn": turn})
+            elif u.status is Status.VIOLATED:
+                by_id[u.id] = cur.model_copy(update={"status": Status.VIOLATED, "evidence": tuple(u.evidence), "turn": turn})
         return CommitmentBook(items=tuple(by_id[c.id] for c in self.items))
 
     def all_achieved(self) -> bool:

@@ -1,18 +1,22 @@
-"""`NarrativeEnv`: the one episode engine, as a Gymnasium environment.
+"""`NarrativeEnv`: the Gymnasium adapter over the turn rules and the roles.
 
-`step(narrator_reply)` takes the narrator's text; the env owns the player and the auditor and
-applies the audit protocol of DESIGN.md:
+`step(narrator_reply)` takes the narrator's text; the env owns the player and the auditor. The
+rules of a turn are not here: `ncpbench.protocol.apply_opening` / `apply_turn` decide what a
+verdict does to the state, `ncpbench.rewards` prices the result. This module only asks the roles,
+hands their answers to those functions, and translates to Gymnasium's API and back:
 
-    reset -> (obs, info)                    obs asks for the opening
-    step(opening)                           fact update of the opening (committed with turn 1),
-                                            then the player acts for turn 1
-    step(reply to turn t)                   audit; a confirmed conflict ends the episode and
-                                            commits nothing of turn t; otherwise commit, check
-                                            SUCCESS / SURVIVAL, and the player acts for t + 1
+    reset -> (obs, info)              obs asks for the opening (turn 0)
+    step(opening)                     audit the opening, then the player acts for turn 1
+    step(reply to turn t)             audit, apply the verdict; unless the episode ended, the player
+                                      acts for turn t + 1
 
-`astep` is the same step for callers already inside an event loop (the batch runner, async RL
-loops); `step` drives it on one event loop per thread, shared by every env of the thread, so model
-clients (often shared by several envs) keep their connections.
+"turn" means one thing everywhere (obs, info, record, displays): the turn in play — 0 for the
+opening, t while the reply to the player's action of turn t is awaited, and after the last step
+the final turn (the conflicting one included), equal to the record's `turns`.
+
+`astep` is the same step for callers inside an event loop. `step` works anywhere: outside an
+event loop it runs on one loop per thread (shared by every env of the thread, so model clients
+keep their pooled connections); inside one (a notebook cell) it runs on a private loop thread.
 """
 
 from __future__ import annotations
@@ -24,24 +28,30 @@ import inspect
 import os
 import re
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 from gymnasium import spaces
 
-from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.dataset import get_spec
 from ncpbench.errors import AuditError
-from ncpbench.ledger import LedgerError
+from ncpbench.protocol import (
+    AuditProtocol,
+    TurnOutcome,
+    apply_opening,
+    apply_turn,
+    audit_frontier,
+    get_protocol,
+)
 from ncpbench.protocols import Auditor, AuditRequest, Narrator, NarratorRequest, Player
 from ncpbench.record import AgentReply, EpisodeRecord, TurnRecord
-from ncpbench.rewards import RewardConfig, breakdown, reward_config
+from ncpbench.rewards import RewardConfig, breakdown, reward_config, turn_reward
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Outcome
 from ncpbench.textspace import UnicodeText
 from ncpbench.trajectory import TrajectoryGraph
-from ncpbench.verdict import Conflict, ConflictKind, Usage, Verdict
+from ncpbench.verdict import Usage, Verdict
 from ncpbench.views import narrator_request, player_request, render_story_state, render_transcript
 
 T = TypeVar("T")
@@ -51,18 +61,11 @@ MAX_REPLY_CHARS = 16_000
 """Longer replies are cut (and the record says so): no reply can grow memory or prompts unbounded."""
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
 _THREAD = threading.local()
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
-    """The event loop every env of this thread runs its sync `step` on.
-
-    One per thread, not one per env: roles of several envs often share one model client (the
-    envs of `gymnasium.make_vec(..., "sync")`, branches, a batch), and a client's pooled
-    connections belong to the loop that opened them. Closed when the interpreter exits.
-    """
+    """The event loop every env of this thread runs its sync `step` on (one per thread and process)."""
     loop: asyncio.AbstractEventLoop | None = getattr(_THREAD, "loop", None)
     if loop is None or loop.is_closed() or getattr(_THREAD, "pid", None) != os.getpid():
         # A forked child (AsyncVectorEnv's workers) must not drive the parent's loop: its selector is shared.
@@ -76,6 +79,32 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     if not loop.is_closed() and not loop.is_running():
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+class _LoopThread:
+    """A daemon thread running its own event loop: where sync `step` runs when the caller's thread
+    already has a running loop (which it must not block on itself)."""
+
+    _lock = threading.Lock()
+    _instance: tuple[int, asyncio.AbstractEventLoop] | None = None
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._instance is None or cls._instance[0] != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="ncpbench-step-loop", daemon=True).start()
+                cls._instance = (os.getpid(), loop)
+            return cls._instance[1]
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, whether or not an event loop is running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _thread_loop().run_until_complete(coro)
+    return asyncio.run_coroutine_threadsafe(coro, _LoopThread.loop()).result()
 
 
 async def resolve(value: T | Awaitable[T]) -> T:
@@ -115,6 +144,12 @@ def _text_and_usage(value: str | AgentReply) -> tuple[str, Usage]:
     return value, Usage()
 
 
+def _text_bound(max_turns: int, max_reply_chars: int) -> int:
+    """Characters the transcript and story-state texts can reach in the longest allowed episode:
+    every turn's action and reply at full length plus their labels and the state lines."""
+    return (max_turns + 1) * (2 * max_reply_chars + 10_000) + 100_000
+
+
 class NarrativeEnv(gym.Env[dict[str, Any], str]):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
 
@@ -129,70 +164,106 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         render_mode: str | None = None,
         dataset: str | None = None,
         max_reply_chars: int = MAX_REPLY_CHARS,
+        protocol: AuditProtocol | str | None = None,
     ) -> None:
         self.story = get_spec(spec, dataset) if isinstance(spec, str) else spec
         if auditor is None:
             raise ValueError(
                 f"NarrativeEnv({self.story.key!r}) needs an auditor: pass auditor=... (an LLM auditor from "
                 "ncpbench.auditors, or a scripted one for tests)")
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         if player is None:
             from ncpbench.agents.scripted import (
-                ScriptedPlayer,  # the default adversary; lazy: env must not need agents
+                ScriptedPlayer,  # the default adversary; lazy: env needs no agents
             )
 
             player = ScriptedPlayer()
         self.player = player
         self.auditor = auditor
         self.max_turns = max_turns
+        self.protocol = get_protocol(protocol)
         self.reward_config = reward_config(reward)
         self.render_mode = render_mode
         self.max_reply_chars = max_reply_chars
         self.graph = TrajectoryGraph(self.story)
-        self.action_space = UnicodeText(max_length=1_000_000)
+        bound = _text_bound(max_turns, max_reply_chars)
+        self.action_space = UnicodeText(max_length=max(1_000_000, max_reply_chars * 4))
         self.observation_space = spaces.Dict({
-            "turn": spaces.Discrete(max_turns + 2),
-            "player_action": UnicodeText(),
-            "story_state": UnicodeText(),
-            "transcript": UnicodeText(),
+            "turn": spaces.Discrete(max_turns + 1),
+            "player_action": UnicodeText(max_length=max_reply_chars),
+            "narrator_reply": UnicodeText(max_length=max_reply_chars),
+            "story_state": UnicodeText(max_length=bound),
+            "transcript": UnicodeText(max_length=bound),
         })
-        self.state = EpisodeState.initial(self.story)
-        self.pending_action: str | None = None
-        self.history: list[TurnRecord] = []
+        self._state = EpisodeState.initial(self.story)
+        self._pending_action: str | None = None
+        self._last: tuple[str | None, str] = (None, "")
+        """(action, reply) of the last audited step: what a terminal observation shows."""
+        self._history: list[TurnRecord] = []
         self.episode_seed = 0
         self.error: str | None = None
         self._player_usage: Usage | None = None
         """Tokens the player spent on the pending action; billed to the turn that answers it."""
+
+    # -- read-only views of the episode ------------------------------------------------------------
+
+    @property
+    def state(self) -> EpisodeState:
+        return self._state
+
+    @property
+    def pending_action(self) -> str | None:
+        """The player's action awaiting the narrator's reply (None before the opening and once over)."""
+        return self._pending_action
+
+    @property
+    def history(self) -> list[TurnRecord]:
+        """Every audited step so far (a copy: appending to it changes nothing)."""
+        return list(self._history)
+
+    @property
+    def turn(self) -> int:
+        """The turn in play (see the module docstring): one definition for obs, info and records."""
+        if self._state.done:
+            return self._record_turns()
+        return 0 if self._pending_action is None else self._state.turn + 1
 
     # -- Gymnasium API -------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         self.episode_seed = seed if seed is not None else int(self.np_random.integers(0, 2**31 - 1))
-        self.state = EpisodeState.initial(self.story)
-        self.pending_action = None
-        self.history = []
+        self._state = EpisodeState.initial(self.story)
+        self._pending_action = None
+        self._last = (None, "")
+        self._history = []
         self.error = None
         self._player_usage = None
         if options and "snapshot" in options:
             self.restore(options["snapshot"])
-        return self._observation(), self._info(None, {}, [])
+        return self.observation(), self._info(None, {}, [])
 
     def step(self, action: str) -> StepResult:
-        return self._run(lambda: self.astep(action))
+        return run_sync(self.astep(action))
 
     async def astep(self, action: str | AgentReply) -> StepResult:
-        if self.state.done:
-            raise RuntimeError(f"the episode is over ({self.state.outcome.value}); call reset()")
+        """One step. An empty reply is refused with ValueError and changes nothing (it is invalid
+        output, never a verdict); infrastructure failures raise and leave the state as it was."""
+        if self._state.done:
+            raise RuntimeError(f"the episode is over ({self._state.outcome.value}); call reset()")
         raw, narrator_usage = _text_and_usage(action)
         reply, notes = clean_text(raw, self.max_reply_chars)
-        if self.pending_action is None:
+        if not reply.strip():
+            raise ValueError("the narration is empty: env.step() needs the narrator's text (nothing was changed)")
+        if self._pending_action is None:
             return await self._opening(reply, notes, narrator_usage)
-        return await self._turn(self.pending_action, reply, notes, narrator_usage)
+        return await self._turn(self._pending_action, reply, notes, narrator_usage)
 
     def render(self) -> str | None:
-        text = render_transcript(self.state.transcript, self.story.meta.player_role)
-        if self.pending_action:
-            text += f"\n[turn {self.state.turn + 1}] {self.story.meta.player_role}: {self.pending_action}"
+        text = render_transcript(self._state.transcript, self.story.meta.player_role)
+        if self._pending_action:
+            text += f"\n[turn {self._state.turn + 1}] {self.story.meta.player_role}: {self._pending_action}"
         if self.render_mode == "human":
             print(text)
             return None
@@ -206,156 +277,133 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to continue this episode later or elsewhere; JSON-serialisable."""
         return {
-            "state": self.state.model_dump(mode="json"),
-            "pending_action": self.pending_action,
-            "history": [t.model_dump(mode="json") for t in self.history],
+            "state": self._state.model_dump(mode="json"),
+            "pending_action": self._pending_action,
+            "last": list(self._last),
+            "history": [t.model_dump(mode="json") for t in self._history],
             "episode_seed": self.episode_seed,
             "error": self.error,
+            "player_usage": self._player_usage.model_dump() if self._player_usage else None,
+            "protocol": self.protocol.label,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
         state = EpisodeState.model_validate(snap["state"])
         if state.env_id != self.story.key:
             raise ValueError(f"snapshot is of {state.env_id!r}, this env is {self.story.key!r}")
-        self.state = state
-        self.pending_action = snap["pending_action"]
-        self.history = [TurnRecord.model_validate(t) for t in snap["history"]]
+        if snap.get("protocol", self.protocol.label) != self.protocol.label:
+            raise ValueError(f"snapshot was played under protocol {snap['protocol']}, this env uses {self.protocol.label}")
+        self._state = state
+        self._pending_action = snap["pending_action"]
+        last = snap.get("last") or [None, ""]
+        self._last = (last[0], last[1])
+        self._history = [TurnRecord.model_validate(t) for t in snap["history"]]
         self.episode_seed = snap["episode_seed"]
         self.error = snap.get("error")
+        usage = snap.get("player_usage")
+        self._player_usage = Usage.model_validate(usage) if usage else None
 
     def branch(self, *, player: Player | None = None, auditor: Auditor | None = None) -> NarrativeEnv:
-        """A new env at this exact point of this episode: same story, roles, limits and reward.
+        """A new env at this exact point of this episode: same story, roles, limits, protocol and reward.
 
-        Stepping either one never changes the other (the state is immutable; the history list is
-        copied). Roles are shared unless replaced.
+        Stepping either one never changes the other (the state is immutable; the history is copied).
+        Roles are shared unless replaced.
         """
         other = NarrativeEnv(self.story, player=player or self.player, auditor=auditor or self.auditor,
                              max_turns=self.max_turns, reward=self.reward_config, render_mode=self.render_mode,
-                             max_reply_chars=self.max_reply_chars)
+                             max_reply_chars=self.max_reply_chars, protocol=self.protocol)
         other.restore(self.snapshot())
         other._np_random = copy.deepcopy(self._np_random)
-        other._player_usage = self._player_usage
         return other
 
     def fail(self, error: str) -> None:
         """End the episode as an infrastructure ERROR (a model that kept failing), not a verdict."""
         self.error = error
-        self.state = self.state.finish(Outcome.ERROR)
+        self._pending_action = None
+        self._state = self._state.finish(Outcome.ERROR)
+
+    def quit(self) -> None:
+        """End the episode early at the user's request (a person leaving `ncpbench play`): SURVIVAL
+        of the turns committed so far. The pending action is dropped."""
+        if not self._state.done:
+            self._pending_action = None
+            self._state = self._state.finish(Outcome.SURVIVAL)
+
+    def _conflicting(self) -> TurnRecord | None:
+        last = self._history[-1] if self._history else None
+        return last if last is not None and not last.committed and last.verdict.is_conflict else None
+
+    def _record_turns(self) -> int:
+        return self._state.turn + (1 if self._conflicting() else 0)
 
     def record(self, replicate: int = 0, config: dict[str, Any] | None = None) -> EpisodeRecord:
         usage: dict[str, Usage] = {}
-        for t in self.history:
+        for t in self._history:
             for role, u in t.usage.items():
                 usage[role] = usage.get(role, Usage()).add(u)
-        last = self.history[-1] if self.history else None
-        conflicting = last is not None and not last.committed and last.verdict.is_conflict
+        conflicting = self._conflicting()
         return EpisodeRecord(
             episode_id=f"{self.story.key}#{replicate}",
             seed=self.episode_seed,
             env_id=self.story.key,
+            env_version=self.story.meta.version,
             title=self.story.meta.title,
             genres=list(self.story.meta.genres),
             replicate=replicate,
-            outcome=self.state.outcome,
-            turns=self.state.turn + (1 if conflicting else 0),
+            protocol=self.protocol.label,
+            outcome=self._state.outcome,
+            turns=self._record_turns(),
             max_turns=self.max_turns,
-            progress=self.state.progress(self.graph),
-            satisfied_share=self.state.commitments.satisfied_share(),
-            conflict_kinds=sorted({c.kind.value for c in last.verdict.conflicts}) if conflicting and last else [],
+            progress=self._state.progress(self.graph),
+            satisfied_share=self._state.commitments.satisfied_share(),
+            conflict_kinds=sorted({c.kind.value for c in conflicting.verdict.conflicts}) if conflicting else [],
             error=self.error,
-            history=list(self.history),
-            final_state=self.state,
+            history=list(self._history),
+            final_state=self._state,
             usage=usage,
             config=config or {},
         )
 
-    # -- the protocol ---------------------------------------------------------------------------
+    # -- one step: ask the roles, apply the rules --------------------------------------------------
 
     async def _opening(self, reply: str, notes: list[str], narrator_usage: Usage) -> StepResult:
-        if not reply.strip():
-            notes = [*notes, "empty opening"]
         verdict = await self._audit(None, reply)
-        self.state = self.state.with_opening(reply, verdict.fact_diff)
-        self.history.append(TurnRecord(turn=0, player_action=None, narrator_reply=reply, verdict=verdict,
-                                       committed=True, usage=self._usage(narrator_usage, verdict), notes=notes))
+        self._state = apply_opening(self._state, reply, verdict)
+        self._last = (None, reply)
+        self._history.append(TurnRecord(turn=0, player_action=None, narrator_reply=reply, verdict=verdict,
+                                        committed=True, usage=self._usage(narrator_usage, verdict), notes=notes))
         await self._next_action()
-        return self._observation(), 0.0, False, False, self._info(verdict, {}, notes)
+        return self.observation(), 0.0, False, False, self._info(verdict, {}, notes)
 
     async def _turn(self, action: str, reply: str, notes: list[str], narrator_usage: Usage) -> StepResult:
-        turn = self.state.turn + 1
-        if not reply.strip():
-            # Defined handling: silence ignores the player's action, without asking a model.
-            verdict = Verdict(conflicts=[Conflict(kind=ConflictKind.PLAYER_INPUT, evidence="",
-                                                  reason="the narrator's reply is empty")])
-            notes = [*notes, "empty reply: player-input conflict without an audit"]
-        else:
-            verdict = await self._audit(action, reply)
-        usage = self._usage(narrator_usage, verdict)
-        if verdict.conflicts:
-            self.state = self._mark_violations(verdict).finish(Outcome.CONFLICT)
-            parts = breakdown(self.reward_config, new_nodes=0, new_satisfied=0, conflict=True, success=False,
-                              committed=False)
-            self.history.append(TurnRecord(turn=turn, player_action=action, narrator_reply=reply, verdict=verdict,
-                                           committed=False, reward=sum(parts.values()), usage=usage, notes=notes))
-            self.pending_action = None
-            return self._observation(), sum(parts.values()), True, False, self._info(verdict, parts, notes)
-
-        done = set(self.state.completed_nodes)
-        position = {n: i for i, n in enumerate(self.graph.order)}
-        completed, rejected = [], []
-        for node in sorted(dict.fromkeys(verdict.completed_nodes), key=lambda n: position.get(n, -1)):
-            if node in done:
-                continue
-            if node in position and self.graph.check_skip(node, done).ok:
-                completed.append(node)
-                done.add(node)
-            else:
-                rejected.append(node)
-        satisfied_before = sum(c.status is Status.SATISFIED for c in self.state.commitments.items)
-        try:
-            new_state = self.state.commit_turn(self.story, self.graph, action, reply, verdict.fact_diff, completed,
-                                               list(verdict.commitment_updates))
-        except (LedgerError, KeyError) as e:
-            raise AuditError(f"verdict for turn {turn} cannot apply: {e}") from e
-        satisfied_now = sum(c.status is Status.SATISFIED for c in new_state.commitments.items)
-        success = new_state.commitments.all_achieved()
-        truncated = not success and new_state.turn >= self.max_turns
-        if success:
-            new_state = new_state.finish(Outcome.SUCCESS)
-        elif truncated:
-            new_state = new_state.finish(Outcome.SURVIVAL)
-        self.state = new_state
-        parts = breakdown(self.reward_config, new_nodes=len(completed), new_satisfied=satisfied_now - satisfied_before,
-                          conflict=False, success=success, committed=True, survival=truncated)
-        self.history.append(TurnRecord(turn=turn, player_action=action, narrator_reply=reply, verdict=verdict,
-                                       committed=True, completed_nodes=completed, rejected_nodes=rejected,
-                                       reward=sum(parts.values()), usage=usage, notes=notes))
-        self.pending_action = None
-        if not self.state.done:
+        verdict = await self._audit(action, reply)
+        outcome: TurnOutcome = apply_turn(self.story, self.graph, self._state, action, reply, verdict,
+                                          self.protocol, self.max_turns)
+        parts = turn_reward(self.reward_config, outcome)
+        self._state = outcome.state
+        self._pending_action = None
+        self._last = (action, reply)
+        self._history.append(outcome.record.model_copy(update={
+            "reward": sum(parts.values()), "usage": self._usage(narrator_usage, verdict), "notes": notes}))
+        if not self._state.done:
             await self._next_action()
-        return self._observation(), sum(parts.values()), success, truncated, self._info(verdict, parts, notes)
-
-    def _mark_violations(self, verdict: Verdict) -> EpisodeState:
-        known = {c.id for c in self.state.commitments.items}
-        updates = [CommitmentUpdate(id=c.target, status=Status.VIOLATED, evidence=[c.evidence])
-                   for c in verdict.conflicts if c.kind is ConflictKind.COMMITMENT and c.target in known]
-        book = self.state.commitments.apply(updates, self.state.turn + 1)
-        return self.state.model_copy(update={"commitments": book})
+        return (self.observation(), sum(parts.values()), outcome.terminated, outcome.truncated,
+                self._info(verdict, parts, notes))
 
     async def _audit(self, action: str | None, reply: str) -> Verdict:
-        request = AuditRequest(spec=self.story, state=self.state, player_action=action, reply=reply,
-                               frontier=tuple(self.graph.frontier(self.state.completed_nodes)))
+        request = AuditRequest(spec=self.story, state=self._state, player_action=action, reply=reply,
+                               frontier=audit_frontier(self.graph, self._state, self.protocol),
+                               protocol=self.protocol)
         verdict = await resolve(self.auditor.audit(request))
         if not isinstance(verdict, Verdict):
             raise AuditError(f"auditor returned {type(verdict).__name__}, not a Verdict")
         return verdict
 
     async def _next_action(self) -> None:
-        request = player_request(self.story, self.state).model_copy(update={"seed": self.episode_seed})
-        value = await resolve(self.player.act(request))
-        text, usage = _text_and_usage(value)
+        request = player_request(self.story, self._state).model_copy(update={"seed": self.episode_seed})
+        text, usage = _text_and_usage(await resolve(self.player.act(request)))
         text, _ = clean_text(text, self.max_reply_chars)
-        self.pending_action = text
+        self._pending_action = text
         self._player_usage = usage
 
     def _usage(self, narrator: Usage, verdict: Verdict) -> dict[str, Usage]:
@@ -363,47 +411,45 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         for u in verdict.usage.values():
             auditor = auditor.add(u)
         out = {"narrator": narrator, "auditor": auditor}
-        player = self._player_usage
-        if player is not None:
-            out["player"] = player
+        if self._player_usage is not None:
+            out["player"] = self._player_usage
         return out
 
     # -- observations ---------------------------------------------------------------------------
 
     def narrator_view(self) -> NarratorRequest:
-        return narrator_request(self.story, self.graph, self.state, self.pending_action)
+        """What the narrator sees now; marked terminal once the episode is over."""
+        view = narrator_request(self.story, self.graph, self._state, self._pending_action)
+        if self._state.done:
+            view = view.model_copy(update={"turn": self.turn, "player_action": self._last[0], "terminal": True})
+        return view
 
-    def _observation(self) -> dict[str, Any]:
+    def observation(self) -> dict[str, Any]:
+        """The Gymnasium observation for the current point of the episode."""
         view = self.narrator_view()
+        action = self._last[0] if self._state.done else self._pending_action
         return {
-            "turn": min(view.turn, self.max_turns + 1),
-            "player_action": self.pending_action or "",
+            "turn": min(self.turn, self.max_turns),
+            "player_action": (action or "")[: self.max_reply_chars],
+            "narrator_reply": self._last[1] if self._state.done else "",
             "story_state": render_story_state(view),
-            "transcript": render_transcript(self.state.transcript, self.story.meta.player_role),
+            "transcript": render_transcript(self._state.transcript, self.story.meta.player_role),
         }
 
     def _info(self, verdict: Verdict | None, parts: dict[str, float], notes: list[str]) -> dict[str, Any]:
         return {
             "env_id": self.story.key,
-            "outcome": self.state.outcome.value,
-            "turn": self.state.turn,
-            "phase": "opening" if not self.state.transcript else ("over" if self.state.done else "turn"),
-            "player_action": self.pending_action,
+            "protocol": self.protocol.label,
+            "outcome": self._state.outcome.value,
+            "turn": self.turn,
+            "phase": "opening" if not self._state.transcript else ("over" if self._state.done else "turn"),
+            "player_action": self._pending_action,
             "verdict": verdict,
-            "progress": self.state.progress(self.graph),
-            "completed_nodes": list(self.state.completed_nodes),
-            "commitments": self.state.commitments.statuses(),
+            "progress": self._state.progress(self.graph),
+            "completed_nodes": list(self._state.completed_nodes),
+            "commitments": self._state.commitments.statuses(),
             "reward_breakdown": parts or dict.fromkeys(breakdown(self.reward_config, new_nodes=0, new_satisfied=0,
                                                                  conflict=False, success=False, committed=False), 0.0),
             "notes": notes,
             "narrator_request": self.narrator_view(),
         }
-
-    def _run(self, make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError("step() was called inside a running event loop; use `await env.astep(reply)`")
-        return _thread_loop().run_until_complete(make_coro())

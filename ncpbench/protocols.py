@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from ncpbench.protocol import DEFAULT_PROTOCOL, AuditProtocol
 from ncpbench.record import AgentReply
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Exchange
@@ -51,6 +52,8 @@ class CommitmentView(BaseModel):
     type: str
     description: str
     status: str
+    satisfaction_condition: str = ""
+    violation_condition: str = ""
 
 
 class NarratorRequest(BaseModel):
@@ -65,11 +68,17 @@ class NarratorRequest(BaseModel):
     player_action: str | None
     transcript: tuple[Exchange, ...]
     facts: tuple[str, ...]
-    """Active facts, as 'f_N: text'."""
+    """Active facts before this reply, as 'f_N: text' (at turn 1 including the opening's pending ones)."""
+    initial_facts: tuple[str, ...] = ()
+    """The facts at t=0, as 'f_N: text' (the stable head of a cache-friendly prompt)."""
+    pending_facts: tuple[str, ...] = ()
+    """Fact updates found in the opening and not yet committed (they commit with turn 1)."""
     commitments: tuple[CommitmentView, ...]
     current_node: NodeView | None
     """The plot node to advance next (None once the plot is complete)."""
     completed_nodes: tuple[str, ...]
+    terminal: bool = False
+    """The episode is over: nothing more will be asked (the final observation's request)."""
 
 
 class AuditRequest(BaseModel):
@@ -83,7 +92,9 @@ class AuditRequest(BaseModel):
     """None when auditing the opening (only the fact update runs then)."""
     reply: str
     frontier: tuple[str, ...]
-    """Plot nodes that may complete with this reply."""
+    """Plot nodes that may complete with this reply (under the published protocol: the current node)."""
+    protocol: AuditProtocol = DEFAULT_PROTOCOL
+    """What the auditor sees and how its answer will be applied."""
 
 
 @runtime_checkable

@@ -46,10 +46,14 @@ class EpisodeRecord(BaseModel):
     episode_id: str = ""
     """`<env_id>#<replicate>` in batch runs: unique within a run."""
     env_id: str
+    env_version: int = 0
+    """The environment's version (`meta.version`, the `-vN` of its Gymnasium id)."""
     title: str
     genres: list[str]
     replicate: int = 0
     seed: int = 0
+    protocol: str = "published/1"
+    """The audit protocol the episode was played under (`name/version`, see ncpbench.protocol)."""
     outcome: Outcome
     turns: int
     """Turns played; the conflicting turn counts."""

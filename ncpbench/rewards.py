@@ -24,7 +24,12 @@ has at most 35 nodes plus commitments), and each clean turn earns a little.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from ncpbench.protocol import TurnOutcome
 
 
 class RewardConfig(BaseModel):
@@ -73,3 +78,13 @@ def breakdown(cfg: RewardConfig, *, new_nodes: int, new_satisfied: int, conflict
         "survival": cfg.survival if survival else 0.0,
         "survive": cfg.survive if committed else 0.0,
     }
+
+
+def turn_reward(cfg: RewardConfig, outcome: TurnOutcome) -> dict[str, float]:
+    """The reward components of one applied turn. `commitment` pays the net change in satisfied
+    commitments, so a status that reverts (published protocol) takes back what it paid."""
+    from ncpbench.state import Outcome
+
+    return breakdown(cfg, new_nodes=len(outcome.completed_nodes), new_satisfied=outcome.net_satisfied,
+                     conflict=outcome.outcome is Outcome.CONFLICT, success=outcome.outcome is Outcome.SUCCESS,
+                     committed=outcome.committed, survival=outcome.truncated)

@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, Field
 
-from ncpbench.env import NarrativeEnv, resolve
-from ncpbench.episode import describe_failure
+from ncpbench.env import NarrativeEnv, narrate
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, describe_failure, guarded
 from ncpbench.protocols import Auditor, Narrator, NarratorRequest, Player
 from ncpbench.record import AgentReply, EpisodeRecord
 from ncpbench.state import Outcome
@@ -66,6 +66,8 @@ class _Slot:
     info: dict[str, Any] = field(default_factory=dict)
     episodes: int = 0
     started: bool = False
+    failed: bool = False
+    """Ended as ERROR outside `step` (its narrator failed): reported by the next step."""
     last_record: EpisodeRecord | None = None
 
 
@@ -88,24 +90,29 @@ class AsyncBatchEnv:
     own generator): the returned observation and info are the new episode's, and
     `info["final_obs"]`, `info["final_info"]`, `info["record"]` describe the one that ended.
 
-    A failing model call (or any exception in a role) ends only that episode, as ERROR with
-    truncated True and `info["error"]`, unless `catch_errors=False`.
+    Failures follow the episode driver's policy (`ncpbench.episode.guarded`, the same as the batch
+    runner's): a narrator call or a step over `turn_timeout_s`, a failing model call, or any
+    exception in a role ends only that episode, as ERROR with truncated True and `info["error"]`.
+    With `catch_errors=False` exceptions propagate instead.
     """
 
-    def __init__(self, envs: Sequence[Any], *, autoreset: bool = False, catch_errors: bool = True) -> None:
+    def __init__(self, envs: Sequence[Any], *, autoreset: bool = False, catch_errors: bool = True,
+                 turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S) -> None:
         if not envs:
             raise ValueError("AsyncBatchEnv needs at least one env")
         self._slots = [_Slot(unwrap(e)) for e in envs]
         self.autoreset = autoreset
         self.catch_errors = catch_errors
+        self.turn_timeout_s = turn_timeout_s
         self.records: list[EpisodeRecord] = []
         """Every finished episode, in the order they ended."""
 
     @classmethod
     def make(cls, slugs: Sequence[str], *, autoreset: bool = False, catch_errors: bool = True,
-             **env_kwargs: Any) -> AsyncBatchEnv:
+             turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S, **env_kwargs: Any) -> AsyncBatchEnv:
         """One NarrativeEnv per slug (repeat a slug for replicates), all with the same keyword arguments."""
-        return cls([NarrativeEnv(s, **env_kwargs) for s in slugs], autoreset=autoreset, catch_errors=catch_errors)
+        return cls([NarrativeEnv(s, **env_kwargs) for s in slugs], autoreset=autoreset, catch_errors=catch_errors,
+                   turn_timeout_s=turn_timeout_s)
 
     @property
     def envs(self) -> list[NarrativeEnv]:
@@ -144,12 +151,25 @@ class AsyncBatchEnv:
             raise ValueError(f"{len(narrators)} narrators for {self.num_envs} envs")
         requests = self.requests()
 
-        async def one(n: Narrator, request: NarratorRequest | None) -> Reply | None:
+        async def one(slot: _Slot, n: Narrator, request: NarratorRequest | None) -> Reply | None:
             if request is None:
                 return None
-            return await resolve(n.narrate(request))
+            if not self.catch_errors:
+                return await asyncio.wait_for(narrate(n, request), self.turn_timeout_s)
+            reply = await guarded(slot.env, lambda: narrate(n, request), self.turn_timeout_s)
+            if reply is None:  # the driver ended the episode as ERROR: report it in the next step
+                self._finish_failed(slot)
+            return reply
 
-        return list(await asyncio.gather(*(one(n, r) for n, r in zip(narrators, requests, strict=True))))
+        return list(await asyncio.gather(*(one(s, n, r) for s, n, r in zip(self._slots, narrators, requests,
+                                                                             strict=True))))
+
+    def _finish_failed(self, slot: _Slot) -> None:
+        slot.obs = slot.env.observation()
+        slot.info = {**slot.info, "outcome": Outcome.ERROR.value, "error": slot.env.error, "verdict": None,
+                     "reward_breakdown": dict.fromkeys(slot.info.get("reward_breakdown") or {}, 0.0),
+                     "phase": "over", "active": True}
+        slot.failed = True
 
     async def step(self, replies: Sequence[Reply | None]) -> tuple[
             list[dict[str, Any]], npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_],
@@ -159,33 +179,39 @@ class AsyncBatchEnv:
         if not any(s.started for s in self._slots):
             raise RuntimeError("call `await batch.reset()` before step()")
         active = self.active
+        failed = [s.failed for s in self._slots]
         for i, (a, r) in enumerate(zip(active, replies, strict=True)):
             if a and r is None:
                 raise ValueError(f"env {i} ({self._slots[i].env.story.key}) is active and needs a reply, got None")
-        results = await asyncio.gather(*(s.env.astep(r) for s, a, r in zip(self._slots, active, replies, strict=True)
-                                         if a and r is not None), return_exceptions=True)
+
+        async def one(slot: _Slot, reply: Reply) -> Any:
+            if not self.catch_errors:
+                return await asyncio.wait_for(slot.env.astep(reply), self.turn_timeout_s)
+            return await guarded(slot.env, lambda: slot.env.astep(reply), self.turn_timeout_s)
+
+        results = await asyncio.gather(*(one(s, r) for s, a, r in zip(self._slots, active, replies, strict=True)
+                                         if a and r is not None))
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminated = np.zeros(self.num_envs, dtype=np.bool_)
         truncated = np.zeros(self.num_envs, dtype=np.bool_)
         it = iter(results)
         for i, slot in enumerate(self._slots):
-            if not active[i]:
+            if failed[i]:
+                slot.failed = False
+                truncated[i] = True
+            elif not active[i]:
                 slot.info = {**slot.info, "active": False}
                 continue
-            result = next(it)
-            if isinstance(result, BaseException):
-                if not self.catch_errors or not isinstance(result, Exception):
-                    raise result
-                slot.env.fail(describe_failure(result))
-                slot.obs = slot.env._observation()
-                slot.info = {**slot.info, "outcome": Outcome.ERROR.value, "error": slot.env.error, "verdict": None,
-                             "reward_breakdown": dict.fromkeys(slot.info.get("reward_breakdown") or {}, 0.0),
-                             "phase": "over", "active": True}
-                truncated[i] = True
             else:
-                slot.obs, reward, term, trunc, info = result
-                slot.info = {**info, "active": True}
-                rewards[i], terminated[i], truncated[i] = reward, term, trunc
+                result = next(it)
+                if result is None:  # the driver ended the episode as ERROR
+                    self._finish_failed(slot)
+                    slot.failed = False
+                    truncated[i] = True
+                else:
+                    slot.obs, reward, term, trunc, info = result
+                    slot.info = {**info, "active": True}
+                    rewards[i], terminated[i], truncated[i] = reward, term, trunc
             if slot.env.state.done:
                 record = slot.env.record(replicate=slot.episodes)
                 self.records.append(record)
@@ -200,7 +226,8 @@ class AsyncBatchEnv:
 
     async def run(self, narrator: Narrator | Sequence[Narrator],
                   seeds: int | Sequence[int | None] | None = None) -> list[EpisodeRecord]:
-        """Play every env's episode to its end with `narrator`; returns their records (env order)."""
+        """Play every env's episode to its end with `narrator`; returns their records (env order).
+        Each env follows the same failure policy as `ncpbench.episode.play_episode`."""
         if self.autoreset:
             raise RuntimeError("run() plays each env once; it needs autoreset=False")
         await self.reset(seeds)

@@ -1,6 +1,6 @@
 """The episode state: ledger + commitments + trajectory progress + transcript + turn.
 
-Pure and immutable: every transition returns a new `EpisodeState`, so a snapshot is just a
+Data only: the rules that move it from turn to turn live in `ncpbench.protocol`. Pure and immutable: every transition returns a new `EpisodeState`, so a snapshot is just a
 reference and branching an episode from any turn costs nothing. JSON round-trips exactly.
 """
 
@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ncpbench.commitments import CommitmentBook, CommitmentUpdate, structural_updates
+from ncpbench.commitments import CommitmentBook
 from ncpbench.ledger import FactDiff, FactLedger
 from ncpbench.spec import Spec
 from ncpbench.trajectory import TrajectoryGraph
@@ -26,7 +26,7 @@ class Outcome(StrEnum):
 
 
 class Exchange(BaseModel):
-    """One committed line of the visible transcript."""
+    """One committed line of the transcript, with what its turn committed (the story log)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -34,6 +34,27 @@ class Exchange(BaseModel):
     """0 = the opening."""
     player_action: str | None
     narrator_reply: str
+    facts_added: tuple[str, ...] = ()
+    """`f_N: text` for each fact this turn committed (at turn 1 the opening's come first)."""
+    facts_negated: tuple[str, ...] = ()
+    """Ids of the facts this turn negated."""
+    nodes_completed: tuple[str, ...] = ()
+    status_changes: tuple[str, ...] = ()
+    """`c_N: PENDING -> SATISFIED` for each commitment whose status this turn changed."""
+
+
+class NodeMark(BaseModel):
+    """Partial evidence for a plot node not yet complete: the turns its trigger and key delta were narrated."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    trigger_turn: int | None = None
+    delta_turn: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.trigger_turn is not None and self.delta_turn is not None
 
 
 class EpisodeState(BaseModel):
@@ -49,6 +70,8 @@ class EpisodeState(BaseModel):
     transcript: tuple[Exchange, ...] = ()
     pending_diff: FactDiff = Field(default_factory=FactDiff)
     """Fact updates found in the opening, committed together with turn 1."""
+    node_marks: tuple[NodeMark, ...] = ()
+    """Trigger / key-delta evidence gathered so far for nodes not yet complete."""
     outcome: Outcome = Outcome.ONGOING
 
     @classmethod
@@ -63,34 +86,6 @@ class EpisodeState(BaseModel):
         return self.model_copy(update={
             "transcript": (*self.transcript, Exchange(turn=0, player_action=None, narrator_reply=opening)),
             "pending_diff": diff,
-        })
-
-    def commit_turn(
-        self,
-        spec: Spec,
-        graph: TrajectoryGraph,
-        player_action: str,
-        reply: str,
-        diff: FactDiff,
-        completed: list[str],
-        updates: list[CommitmentUpdate],
-    ) -> EpisodeState:
-        """Commit one audited, conflict-free turn. Raises LedgerError/KeyError on a bad diff."""
-        turn = self.turn + 1
-        ledger = self.ledger.apply(self.pending_diff.merge(diff), turn)
-        done = list(self.completed_nodes)
-        for node in completed:
-            if node not in done:
-                done.append(node)
-        book = self.commitments.apply(updates, turn)
-        book = book.apply(structural_updates(spec.commitments, set(done)), turn)
-        return self.model_copy(update={
-            "turn": turn,
-            "ledger": ledger,
-            "commitments": book,
-            "completed_nodes": tuple(done),
-            "transcript": (*self.transcript, Exchange(turn=turn, player_action=player_action, narrator_reply=reply)),
-            "pending_diff": FactDiff(),
         })
 
     def finish(self, outcome: Outcome) -> EpisodeState:

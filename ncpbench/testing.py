@@ -18,7 +18,8 @@ from typing import Any
 from gymnasium.utils.env_checker import check_env
 
 from ncpbench.dataset import get_spec, load_file
-from ncpbench.env import NarrativeEnv, narrate
+from ncpbench.env import NarrativeEnv, run_sync
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, play_episode
 from ncpbench.protocols import Narrator, NarratorRequest
 from ncpbench.spec import Spec
 from ncpbench.state import Outcome
@@ -38,7 +39,7 @@ class _EchoNarrator:
 
 
 def check_environment(spec: Spec | str | Path, narrator: Narrator | None = None, *, turns: int = 5,
-                      seed: int = 0) -> dict[str, Any]:
+                      seed: int = 0, turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S) -> dict[str, Any]:
     """Validate the spec, run gymnasium's check_env without warnings, then play `turns` turns."""
     from ncpbench.agents.scripted import ScriptedPlayer
     from ncpbench.auditors.scripted import ReplayAuditor
@@ -68,23 +69,11 @@ def check_environment(spec: Spec | str | Path, narrator: Narrator | None = None,
     problems += [f"check_env warning: {w.message}" for w in caught if "alternative render modes" not in str(w.message)]
 
     env = make()
-    _, info = env.reset(seed=seed)
     used = narrator or _EchoNarrator()
-    import asyncio
-
-    async def play() -> None:
-        nonlocal info
-        while not env.state.done:
-            reply = await narrate(used, info["narrator_request"])
-            *_, info = await env.astep(reply)
-
-    try:
-        asyncio.run(play())
-    except Exception as e:
-        problems.append(f"episode: {type(e).__name__}: {e}")
-    record = env.record()
-    if not problems and record.outcome not in (Outcome.SURVIVAL, Outcome.SUCCESS, Outcome.CONFLICT):
-        problems.append(f"episode ended as {record.outcome.value}: {record.error}")
+    # The episode driver every runner uses: a failing or hanging narrator ends the episode as ERROR here too.
+    record = run_sync(play_episode(env, used, seed=seed, turn_timeout_s=turn_timeout_s))
+    if record.outcome is Outcome.ERROR:
+        problems.append(f"episode: {record.error}")
     try:
         record.model_dump_json()
     except Exception as e:

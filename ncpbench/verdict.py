@@ -47,6 +47,19 @@ class Usage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+class NodeEvidence(BaseModel):
+    """What a trajectory check saw of one plot node in the story so far."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    trigger: bool = False
+    """Its trigger event has explicitly happened."""
+    key_delta: bool = False
+    """Its key delta has explicitly happened."""
+    evidence: str = ""
+
+
 class Verdict(BaseModel):
     """The auditors' judgement of one narrator reply."""
 
@@ -58,6 +71,9 @@ class Verdict(BaseModel):
     """Conflicts the first check claimed and the double check overturned (kept for the record)."""
     fact_diff: FactDiff = Field(default_factory=FactDiff)
     completed_nodes: list[str] = Field(default_factory=list)
+    """Nodes whose trigger and key delta have both happened (the protocol decides which it credits)."""
+    node_evidence: list[NodeEvidence] = Field(default_factory=list)
+    """Partial evidence (trigger or key delta seen); the published protocol accumulates it across turns."""
     commitment_updates: list[CommitmentUpdate] = Field(default_factory=list)
     usage: dict[str, Usage] = Field(default_factory=dict)
     """Token usage per auditor stage."""

@@ -6,6 +6,7 @@ RL policy and an LLM agent see the same thing.
 
 from __future__ import annotations
 
+from ncpbench.protocol import preview_ledger
 from ncpbench.protocols import CommitmentView, NarratorRequest, NodeView, PlayerRequest
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Exchange
@@ -22,15 +23,19 @@ def narrator_request(spec: Spec, graph: TrajectoryGraph, state: EpisodeState,
     current = graph.current(state.completed_nodes)
     node = graph.descriptions[current] if current else None
     statuses = {c.id: c.status.value for c in state.commitments.items}
+    pending = state.pending_diff
     return NarratorRequest(
         title=spec.meta.title,
         player_role=spec.meta.player_role,
         turn=0 if player_action is None else state.turn + 1,
         player_action=player_action,
         transcript=state.transcript,
-        facts=tuple(f"{f.id}: {f.content}" for f in state.ledger.active()),
+        facts=tuple(f"{fid}: {text}" for fid, text in preview_ledger(state)),
+        initial_facts=tuple(f"{f.id}: {f.content}" for f in spec.initial_facts if not f.negated),
+        pending_facts=(*(f"new: {a}" for a in pending.add), *(f"no longer true: {n}" for n in pending.negate)),
         commitments=tuple(CommitmentView(id=c.id, type=c.type.value, description=c.description,
-                                         status=statuses[c.id]) for c in spec.commitments),
+                                         status=statuses[c.id], satisfaction_condition=c.satisfaction_condition,
+                                         violation_condition=c.violation_condition) for c in spec.commitments),
         current_node=NodeView(id=node.id, description=node.description, trigger_event=node.trigger_event,
                               key_delta=node.key_delta) if node else None,
         completed_nodes=state.completed_nodes,

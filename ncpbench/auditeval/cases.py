@@ -38,11 +38,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ncpbench.commitments import Status, structural_updates
 from ncpbench.jsonl import write_jsonl
 from ncpbench.ledger import FactDiff
+from ncpbench.protocol import GROUNDED, apply_turn
 from ncpbench.protocols import AuditRequest
 from ncpbench.spec import Commitment, CommitmentType, Node, Spec
 from ncpbench.state import EpisodeState
 from ncpbench.trajectory import TrajectoryGraph
-from ncpbench.verdict import ConflictKind
+from ncpbench.verdict import ConflictKind, Verdict
 
 CATEGORIES: tuple[str, ...] = (
     "clean", "fact_contradiction", "step_skip", "invariant_break", "action_ignored", "action_blocked",
@@ -426,7 +427,9 @@ def build_state(spec: Spec, graph: TrajectoryGraph, rng: random.Random, complete
         elif group:
             reply += " Much happens after that. " + " ".join(n.description for n in group)
         add += [n.key_delta for n in group]
-        state = state.commit_turn(spec, graph, act, reply, FactDiff(add=add), [n.id for n in group], [])
+        verdict = Verdict(fact_diff=FactDiff(add=add), completed_nodes=[n.id for n in group])
+        # The grounded rules credit several nodes per turn and the satisfactions the graph proves.
+        state = apply_turn(spec, graph, state, act, reply, verdict, GROUNDED, max_turns=10**6).state
     return state, made
 
 

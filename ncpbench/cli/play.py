@@ -39,7 +39,6 @@ from ncpbench.protocols import Narrator, PlayerRequest
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
 from ncpbench.runner import append_line, atomic_write, repair_jsonl, run_lock
-from ncpbench.state import Outcome
 
 HumanRole = Literal["narrator", "player"]
 
@@ -78,8 +77,7 @@ async def play_session(env: NarrativeEnv, narrator: Narrator, *, seed: int = 0, 
     play["turn_limit"] = env.max_turns
     config["play"] = play
     if quit_early:
-        env.pending_action = None
-        env.state = env.state.finish(Outcome.SURVIVAL)
+        env.quit()
     record = env.record(replicate=replicate, config=config)
     if quit_early:
         record = record.model_copy(update={"max_turns": record.turns})

@@ -64,8 +64,12 @@ class MockStats:
 
 _STAGE = re.compile(r"Audit stage: (\w+)")
 _SCRIPT_STAGE = re.compile(r"(?:Audit|Build) stage: (\w+)")
-_TURN = re.compile(r"^Turn: (\d+)", re.M)
-_FRONTIER = re.compile(r"^Frontier: (.*)$", re.M)
+_TURN = re.compile(r"^=== Now: turn (\d+) ===", re.M)
+_FRONTIER = re.compile(r"^(?:Frontier|Current node): (.*)$", re.M)
+_TO_JUDGE = re.compile(r"^Commitments to judge: (.*)$", re.M)
+_DONE_AFTER = re.compile(r"^Plot nodes completed after this turn: (.*)$", re.M)
+_COMMITMENT = re.compile(r"^- (c_\d+) \[\w+\] (.*)$", re.M)
+_NODE = re.compile(r"\bs_\d+\b")
 _FACT = re.compile(r"^- (f_\d+): ", re.M)
 _REPLY = re.compile(r"<narrator_reply>\n?(.*?)\n?</narrator_reply>", re.S)
 _CLAIMS = re.compile(r"^Claim (\d+):", re.M)
@@ -141,8 +145,8 @@ def answer_for(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | Non
 def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
     turn_m = _TURN.search(user)
     turn = int(turn_m.group(1)) if turn_m else 0
-    reply_m = _REPLY.search(user)
-    reply = reply_m.group(1) if reply_m else ""
+    replies = _REPLY.findall(user)  # the story log comes first: the reply under audit is the last one
+    reply = replies[-1] if replies else ""
     if stage == "fact_update":
         return {"add": [], "negate": []}
     if stage == "conflict_check":
@@ -158,13 +162,26 @@ def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
         return {"decisions": [{"claim": i, "confirmed": confirmed,
                                "reason": "confirmed by the mock" if confirmed else "overturned by the mock"}
                               for i in claims]}
-    if stage == "trajectory_check":
+    if stage in ("trajectory_check", "trajectory_frontier"):
         frontier_m = _FRONTIER.search(user)
         frontier = [s.strip() for s in frontier_m.group(1).split(",") if s.strip()] if frontier_m else []
         advance = cfg.advance_every > 0 and turn % cfg.advance_every == 0
         done = frontier[:1] if advance and frontier and frontier[0] != "(none)" else []
+        if stage == "trajectory_check":  # the published stage: the current node, trigger and key delta
+            node = frontier[0] if frontier else ""
+            return {"node": node, "trigger_happened": bool(done), "key_delta_happened": bool(done),
+                    "evidence": "the reply narrates the trigger event" if done else ""}
         return {"completed": done, "evidence": "the reply narrates the trigger event" if done else ""}
     if stage == "commitment_status":
+        # A plot-following judge: a commitment is SATISFIED once every node its line names is complete.
+        ids_m = _TO_JUDGE.search(user)
+        ids = [i.strip() for i in ids_m.group(1).split(",") if i.strip()] if ids_m else []
+        done_m = _DONE_AFTER.search(user)
+        done = {n.strip() for n in done_m.group(1).split(",")} if done_m else set()
+        nodes = {m.group(1): set(_NODE.findall(m.group(2))) for m in _COMMITMENT.finditer(user)}
+        return {"judgements": [{"id": i, "status": "SATISFIED" if nodes.get(i) and nodes[i] <= done else "PENDING",
+                                "evidence": sorted(nodes.get(i, set()) & done)} for i in ids]}
+    if stage == "commitment_pending":
         return {"updates": []}
     return {}
 
