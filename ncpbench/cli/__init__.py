@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ncpbench.cli import audit_eval, batch, build, catalog, export, mock, play, report, run, validate
+from ncpbench.cli import audit_eval, batch, build, catalog, export, lint, mock, play, report, run, validate
 from ncpbench.logs import configure
 
 
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="structlog level (default WARNING)")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (catalog, validate, run, batch, play, mock, report, build, export, audit_eval):
+    for module in (catalog, validate, lint, run, batch, play, mock, report, build, export, audit_eval):
         module.register(sub)
     return parser
 
