@@ -9,10 +9,10 @@ episode continues from its branch. Every search is written down, so the run fold
     RUN/branches.jsonl   one ncpbench.rl.BranchSearch per turn: the request and every candidate's verdict
     RUN/run.json         what ran
 
-Dry run (the default): every role talks to loopback mock servers. The mock narrator answers the
-same prompt with the same text, so to give the search something to choose, the narrator's mock
-drops a share of its answers (`--mock-drop`, empty content): an empty reply ignores the player, a
-player-input conflict. Point the roles at real endpoints to sample real alternatives:
+Dry run (the default): every role talks to loopback mock servers. To give the search something to
+choose, the mock narrator numbers its answers (so each candidate differs) and the mock auditor
+flags a share of replies, picked by a hash of their text (`--mock-conflict`). Point the roles at
+real endpoints to sample real alternatives:
 
     python examples/best_of_n.py --env iron-man --k 4 --turns 5 --episodes 2 --out runs/best-of-n
     python examples/best_of_n.py --narrator openai/gpt-4o-mini --auditor openai/gpt-4o --player-mode scripted ...
@@ -62,8 +62,8 @@ async def best_of_n_episode(env: NarrativeEnv, narrator: Narrator, *, k: int, se
     return env.record(replicate=replicate, config=config)
 
 
-def with_mock_endpoints(config: RunConfig, drop: float, seed: int, servers: list[MockServer]) -> RunConfig:
-    """Give every mock role without a base URL a loopback server (the narrator's one drops replies)."""
+def with_mock_endpoints(config: RunConfig, conflict: float, seed: int, servers: list[MockServer]) -> RunConfig:
+    """Give every mock role without a base URL a loopback server (varied narration, some flagged replies)."""
     roles: dict[str, Any] = {}
     world: MockServer | None = None
     for name in ("narrator", "player", "auditor"):
@@ -71,11 +71,11 @@ def with_mock_endpoints(config: RunConfig, drop: float, seed: int, servers: list
         if role.provider != "mock" or role.base_url:
             continue
         if name == "narrator":
-            server = MockServer(MockConfig(fault_rate=drop, fault_kinds=("empty",), seed=seed)).start()
+            server = MockServer(MockConfig(vary_narration=True, seed=seed)).start()
             servers.append(server)
         else:
             if world is None:
-                world = MockServer().start()
+                world = MockServer(MockConfig(conflict_rate=conflict, conflict_kind="player_input", seed=seed)).start()
                 servers.append(world)
             server = world
         roles[name] = role.model_copy(update={"base_url": server.base_url})
@@ -84,7 +84,7 @@ def with_mock_endpoints(config: RunConfig, drop: float, seed: int, servers: list
 
 async def main_async(args: argparse.Namespace) -> int:
     servers: list[MockServer] = []
-    config = with_mock_endpoints(config_from_args(args), args.mock_drop, args.seed, servers)
+    config = with_mock_endpoints(config_from_args(args), args.mock_conflict, args.seed, servers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     client = ModelClient()
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reward", default="progress", help="reward scheme: progress, sparse, conflict_penalised")
-    p.add_argument("--mock-drop", type=float, default=0.3,
-                   help="dry run: share of the mock narrator's answers that come back empty (default 0.3)")
+    p.add_argument("--mock-conflict", type=float, default=0.3,
+                   help="dry run: share of replies the mock auditor flags as conflicts (default 0.3)")
     p.add_argument("--out", default="runs/best-of-n", help="run folder to write")
     add_model_options(p)
     args = p.parse_args(argv)

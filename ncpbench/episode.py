@@ -53,10 +53,14 @@ async def guarded(env: NarrativeEnv, work: Callable[[], Awaitable[T]], turn_time
 
     Returns its result, or None after ending the episode as ERROR (`env.error` says why).
     """
+    deadline = asyncio.timeout(turn_timeout_s)
     try:
-        return await asyncio.wait_for(work(), turn_timeout_s)
-    except TimeoutError:
-        env.fail(f"TurnTimeout: a turn took longer than {turn_timeout_s} s")
+        async with deadline:
+            return await work()
+    except TimeoutError as e:
+        # Our deadline, or a TimeoutError a role raised itself (an endpoint's): only the first is a turn timeout.
+        env.fail(f"TurnTimeout: a turn took longer than {turn_timeout_s} s" if deadline.expired()
+                 else describe_failure(e))
         log.warning("episode_error", env=env.story.key, turn=env.turn, error=env.error)
     except INFRASTRUCTURE_ERRORS as e:
         env.fail(describe_failure(e))

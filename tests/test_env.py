@@ -74,10 +74,10 @@ def test_commitment_conflict_marks_the_commitment_violated(tiny: Spec) -> None:
     assert env.state.commitments.get("c_0").status is Status.VIOLATED
 
 
-def test_success_when_every_achievement_is_satisfied(tiny: Spec) -> None:
+def test_success_when_every_achievement_is_satisfied_with_graph_credit(tiny: Spec) -> None:
     verdicts = [CLEAN, Verdict(completed_nodes=["s_0"]), Verdict(completed_nodes=["s_1"]),
                 Verdict(completed_nodes=["s_2"]), Verdict(completed_nodes=["s_3"])]
-    env = make(tiny, verdicts)
+    env = make(tiny, verdicts, protocol="grounded")
     env.reset(seed=0)
     env.step("Opening.")
     rewards = []
@@ -120,15 +120,15 @@ def test_auditor_statuses_apply_with_evidence(tiny: Spec) -> None:
     assert env.state.commitments.get("c_1").evidence == ("f_1",)
 
 
-def test_empty_reply_is_a_player_input_conflict_without_an_audit(tiny: Spec) -> None:
+def test_an_empty_reply_is_never_scored(tiny: Spec) -> None:
     auditor = ReplayAuditor([])
     env = NarrativeEnv(tiny, player=ReplayPlayer(["I jump."]), auditor=auditor)
     env.reset(seed=0)
     env.step("Opening.")
     calls = auditor.calls
-    _, _, term, _, info = env.step("   \n ")
-    assert term and info["outcome"] == "CONFLICT" and auditor.calls == calls
-    assert info["verdict"].conflicts[0].kind is ConflictKind.PLAYER_INPUT
+    with pytest.raises(ValueError, match="empty"):
+        env.step("   \n ")
+    assert env.state.outcome is Outcome.ONGOING and auditor.calls == calls
 
 
 def test_hostile_text_is_cleaned_and_capped(tiny: Spec) -> None:
@@ -157,18 +157,17 @@ def test_snapshot_and_restore_branch_an_episode(tiny: Spec) -> None:
     assert not term and env.state.turn == 2
 
 
-def test_astep_runs_inside_an_event_loop_and_step_refuses_to(tiny: Spec) -> None:
+def test_step_and_astep_both_work_inside_a_running_event_loop(tiny: Spec) -> None:
     env = make(tiny, [])
 
-    async def main() -> None:
+    async def main() -> None:  # a notebook cell: a loop is already running
         env.reset(seed=0)
         await env.astep("Opening.")
-        with pytest.raises(RuntimeError, match="astep"):
-            env.step("nope")
-        await env.astep("A reply.")
+        env.step("A reply.")
+        await env.astep("Another reply.")
 
     asyncio.run(main())
-    assert env.state.turn == 1
+    assert env.state.turn == 2
 
 
 def test_scripted_player_is_deterministic_per_seed_and_turn(tiny: Spec) -> None:

@@ -25,6 +25,7 @@ from gymnasium.vector.utils import (
 from ncpbench.agents import ReplayNarrator, ReplayPlayer, ScriptedPlayer
 from ncpbench.auditors import ReplayAuditor
 
+import ncpbench
 from ncpbench import NarrativeEnv, Outcome, RewardConfig, UnicodeText, rl
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import ROLES, resolve_run_config
@@ -36,7 +37,7 @@ from ncpbench.spec import Spec
 from ncpbench.verdict import Conflict, ConflictKind, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
-IRON_MAN = "ncpbench/IronMan-v0"
+IRON_MAN = ncpbench.env_id("iron-man")  # ncpbench/IronMan-vN, N = meta.version
 ALL_NODES = [Verdict(), Verdict(completed_nodes=["s_0"]), Verdict(completed_nodes=["s_1"]),
              Verdict(completed_nodes=["s_2"]), Verdict(completed_nodes=["s_3"])]
 
@@ -98,7 +99,7 @@ def vector_rollout(mode: str, **vector_kwargs: object) -> list[tuple[object, ...
 def test_make_vec_sync_batches_text_observations_as_tuples_of_str() -> None:
     steps = vector_rollout("sync")
     obs, info = steps[0]  # type: ignore[misc]
-    assert set(obs) == {"turn", "player_action", "story_state", "transcript"}
+    assert set(obs) == {"turn", "player_action", "narrator_reply", "story_state", "transcript"}
     assert isinstance(obs["story_state"], tuple) and all(isinstance(s, str) for s in obs["story_state"])
     assert obs["story_state"][0].startswith("Story: Iron Man.")
     assert obs["turn"].tolist() == [0, 0]
@@ -190,7 +191,7 @@ def test_reward_schemes_are_selected_by_name(tiny: Spec) -> None:
 
 def test_sparse_pays_only_on_the_outcome(tiny: Spec) -> None:
     success = play(NarrativeEnv(tiny, player=ReplayPlayer(["I act."]), auditor=ReplayAuditor(ALL_NODES),
-                                reward="sparse"), ["Opening."] + [f"Reply {i}." for i in range(4)])
+                                reward="sparse", protocol="grounded"), ["Opening."] + [f"Reply {i}." for i in range(4)])
     assert [r for r, _ in success] == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert success[-1][1]["success"] == 1.0 and success[-1][1]["node"] == 0.0
     survival = play(NarrativeEnv(tiny, player=ReplayPlayer(["I act."]), auditor=ReplayAuditor(), max_turns=2,
@@ -203,11 +204,12 @@ def test_sparse_pays_only_on_the_outcome(tiny: Spec) -> None:
 
 def test_progress_and_conflict_penalised_shape_by_nodes_and_commitments(tiny: Spec) -> None:
     replies = ["Opening.", "The gangway drops.", "The key melts."]
-    progress = play(NarrativeEnv(tiny, player=ReplayPlayer(["I act."]), auditor=KeywordAuditor()), replies)
-    # turn 1: s_0 completes and with it achievement c_2
+    progress = play(NarrativeEnv(tiny, player=ReplayPlayer(["I act."]), auditor=KeywordAuditor(), protocol="grounded"),
+                    replies)
+    # turn 1: s_0 completes and with it (grounded: credited from the plot graph) achievement c_2
     assert [r for r, _ in progress] == [0.0, 2.0, -5.0]
     penalised = play(NarrativeEnv(tiny, player=ReplayPlayer(["I act."]), auditor=KeywordAuditor(),
-                                  reward="conflict_penalised"), replies)
+                                  reward="conflict_penalised", protocol="grounded"), replies)
     assert [r for r, _ in penalised] == [0.0, 2.1, -40.0]
     assert penalised[1][1] == {"node": 1.0, "commitment": 1.0, "conflict": 0.0, "success": 0.0, "survival": 0.0,
                                "survive": 0.1}
@@ -270,7 +272,7 @@ def test_try_replies_audits_each_candidate_on_its_own_branch(tiny: Spec) -> None
     search = rl.search_record(env, results, 1, episode_id="tiny#0")
     assert search.turn == 1 and search.request.player_action == env.pending_action
     assert search.candidates[0].verdict is not None and search.candidates[0].verdict.is_conflict
-    assert search.candidates[0].outcome == "CONFLICT" and search.candidates[1].reward == 2.0
+    assert search.candidates[0].outcome == "CONFLICT" and search.candidates[1].reward == 1.0  # s_0; no graph credit
     assert env.state.turn == 0, "the searched env does not move"
     assert json.loads(search.model_dump_json())["chosen"] == 1
 
@@ -372,7 +374,7 @@ def run_example(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
 
 
 def test_best_of_n_example_writes_branches_that_export_as_preference_pairs(tmp_path: Path) -> None:
-    out = run_example("best_of_n.py", "--k", "3", "--turns", "3", "--episodes", "1", "--mock-drop", "0.4",
+    out = run_example("best_of_n.py", "--k", "3", "--turns", "3", "--episodes", "1", "--mock-conflict", "0.4",
                       "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "candidates passed" in out.stdout

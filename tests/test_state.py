@@ -6,6 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ncpbench.protocol import GROUNDED, PUBLISHED, apply_turn
+from ncpbench.verdict import Verdict
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.ledger import FactDiff, FactLedger, LedgerError
 from ncpbench.spec import Spec
@@ -77,8 +79,8 @@ def test_commitment_statuses_move_forward_only(tiny: Spec) -> None:
 
 def test_completing_an_achievement_node_satisfies_it_structurally(tiny: Spec) -> None:
     g = TrajectoryGraph(tiny)
-    state = EpisodeState.initial(tiny).commit_turn(tiny, g, "I step off.", "The gangway drops.", FactDiff(),
-                                                   ["s_0"], [])
+    state = apply_turn(tiny, g, EpisodeState.initial(tiny), "I step off.", "The gangway drops.",
+                       Verdict(completed_nodes=["s_0"]), GROUNDED, 10).state
     assert state.commitments.get("c_2").status is Status.SATISFIED
     assert state.commitments.get("c_2").evidence == ("s_0",)
     assert not state.commitments.all_achieved()
@@ -88,7 +90,8 @@ def test_opening_diff_commits_with_turn_one(tiny: Spec) -> None:
     g = TrajectoryGraph(tiny)
     state = EpisodeState.initial(tiny).with_opening("Fog.", FactDiff(add=["Fog covers the sea."]))
     assert len(state.ledger.facts) == 4
-    state = state.commit_turn(tiny, g, "I look.", "You see fog.", FactDiff(add=["Mara sees fog."]), [], [])
+    state = apply_turn(tiny, g, state, "I look.", "You see fog.", Verdict(fact_diff=FactDiff(add=["Mara sees fog."])),
+                       PUBLISHED, 10).state
     assert [f.content for f in state.ledger.changed_in(1)] == ["Fog covers the sea.", "Mara sees fog."]
     assert state.pending_diff.is_empty()
 
@@ -106,8 +109,8 @@ def test_state_json_round_trips_exactly(tiny: Spec, turns: list[tuple[str, str, 
         active = [f.id for f in state.ledger.active()]
         negate = [active[negate_index % len(active)]] if active and negate_index else []
         frontier = g.frontier(state.completed_nodes)
-        state = state.commit_turn(tiny, g, action, reply, FactDiff(add=adds, negate=negate),
-                                  frontier[:1] if advance else [], [])
+        verdict = Verdict(fact_diff=FactDiff(add=adds, negate=negate), completed_nodes=frontier[:1] if advance else [])
+        state = apply_turn(tiny, g, state, action, reply, verdict, PUBLISHED, 100).state
     again = EpisodeState.from_json(state.to_json())
     assert again == state
     assert again.to_json() == state.to_json()

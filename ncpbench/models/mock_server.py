@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import random
+import hashlib
+import itertools
 import re
 import socket
 import struct
@@ -44,6 +46,11 @@ class MockConfig:
     conflict_turns: frozenset[int] = frozenset()
     """Turns at which the conflict check reports a conflict."""
     conflict_kind: str = "fact"
+    conflict_rate: float = 0.0
+    """Share of replies in which the conflict check also claims a conflict, picked by a hash of the
+    reply's text (so one reply always gets the same verdict): lets a dry run tell candidates apart."""
+    vary_narration: bool = False
+    """Number every narration (`take N`), so asking again gives another text: a dry run of sampling."""
     overturn_turns: frozenset[int] = frozenset()
     """Turns at which the double check overturns the claimed conflict."""
     advance_every: int = 1
@@ -62,6 +69,7 @@ class MockStats:
     roles: dict[str, int] = field(default_factory=dict)
 
 
+_TAKES = itertools.count(1)
 _STAGE = re.compile(r"Audit stage: (\w+)")
 _SCRIPT_STAGE = re.compile(r"(?:Audit|Build) stage: (\w+)")
 _TURN = re.compile(r"^=== Now: turn (\d+) ===", re.M)
@@ -135,6 +143,8 @@ def answer_for(body: dict[str, Any], cfg: MockConfig, lock: threading.Lock | Non
             lines.append("The story opens in a quiet moment before everything changes.")
         if trigger:
             lines.append(trigger.group(1).strip())
+        if cfg.vary_narration:
+            lines.append(f"(take {next(_TAKES)})")
         return "narrator", " ".join(lines)
     role = _ROLE.search(system)
     seed = sum(map(ord, user)) % len(PLAYER_LINES)
@@ -150,7 +160,8 @@ def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
     if stage == "fact_update":
         return {"add": [], "negate": []}
     if stage == "conflict_check":
-        if turn in cfg.conflict_turns and reply.strip():
+        hashed = int(hashlib.sha256(reply.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        if (turn in cfg.conflict_turns or hashed < cfg.conflict_rate) and reply.strip():
             facts = _FACT.findall(user)
             quote = " ".join(reply.split()[:6])
             return {"conflicts": [{"kind": cfg.conflict_kind, "target": facts[0] if facts and cfg.conflict_kind == "fact" else None,
