@@ -1,11 +1,16 @@
 """Gymnasium registration: one id per bundled environment, e.g. `ncpbench/IronMan-v0`.
 
-Registration reads only the index (no spec parsing), so `import ncpbench` stays cheap; each spec
-is loaded when its env is made.
+The `-vN` of an id is the spec's `meta.version`, so a revision that changes what a narration must
+do gets a new id and its scores never mix with the old ones. Registration reads only the index and
+the `version:` line of each file's `meta` block (`header_version`, no YAML parsing), so
+`import ncpbench` stays cheap; each spec is loaded when its env is made.
 """
 
 from __future__ import annotations
 
+import re
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -13,17 +18,62 @@ import gymnasium as gym
 from ncpbench.dataset import bundled_dir, index_entries
 
 NAMESPACE = "ncpbench"
+_HEADER_LINES = 60
+"""`meta` is the first block of a spec and a handful of lines long; no need to read further."""
+_BLOCK_VERSION = re.compile(r"^\s+version:\s*(['\"]?)(\d+)\1\s*(?:#.*)?$")
+_FLOW_VERSION = re.compile(r"[{,]\s*version:\s*(['\"]?)(\d+)\1\s*[,}]")
 
 
-def env_id(slug: str) -> str:
-    """`iron-man` -> `ncpbench/IronMan-v0`."""
-    name = "".join(part[:1].upper() + part[1:] for part in slug.split("-"))
-    return f"{NAMESPACE}/{name}-v0"
+def header_version(path: Path) -> int:
+    """`meta.version` read from the file's first lines (0 when absent or unreadable).
+
+    Handles `meta:` as a block (`  version: 2`) or in flow style (`meta: {id: x, version: 2}`).
+    `tests/test_registry.py` checks it against the parsed spec of every bundled environment.
+    """
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            in_meta = False
+            for _, line in zip(range(_HEADER_LINES), f, strict=False):
+                line = line.rstrip("\n")
+                if line.startswith("meta:"):
+                    flow = _FLOW_VERSION.search(line)
+                    if flow or "{" in line:
+                        return int(flow.group(2)) if flow else 0
+                    in_meta = True
+                    continue
+                if not in_meta or not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                if not line[:1].isspace():
+                    break  # the next top-level key: meta has no version
+                block = _BLOCK_VERSION.match(line)
+                if block:
+                    return int(block.group(2))
+    except OSError:
+        return 0
+    return 0
+
+
+@cache
+def bundled_versions() -> dict[str, int]:
+    """slug -> meta.version of every bundled environment, in index order."""
+    files, _ = index_entries(bundled_dir())
+    return {p.stem: header_version(p) for p in files}
+
+
+def env_name(slug: str) -> str:
+    """`iron-man` -> `IronMan`."""
+    return "".join(part[:1].upper() + part[1:] for part in slug.split("-"))
+
+
+def env_id(slug: str, version: int | None = None) -> str:
+    """`iron-man` -> `ncpbench/IronMan-v0`: the current id (the bundled spec's version, else 0)."""
+    if version is None:
+        version = bundled_versions().get(slug, 0)
+    return f"{NAMESPACE}/{env_name(slug)}-v{version}"
 
 
 def bundled_slugs() -> list[str]:
-    files, _ = index_entries(bundled_dir())
-    return [p.stem for p in files]
+    return list(bundled_versions())
 
 
 def register_all() -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ncpbench.registry import bundled_slugs
+from ncpbench.registry import bundled_slugs, env_id
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -20,7 +20,7 @@ def test_list_shows_every_bundled_environment_with_counts() -> None:
 def test_show_prints_an_env_card() -> None:
     out = run("show", "iron-man")
     assert out.returncode == 0, out.stderr
-    for text in ("env card", "ncpbench/IronMan-v0", "player role", "first plot node", "achievement c_"):
+    for text in ("env card", env_id("iron-man"), "player role", "first plot node", "achievement c_"):
         assert text in out.stdout
 
 

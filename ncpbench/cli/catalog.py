@@ -25,10 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     ds = load(args.dataset)
     table = Table(title=f"{len(ds)} environments", show_lines=False)
-    for col in ("slug", "title", "role", "genres", "facts", "commitments", "nodes"):
-        table.add_column(col, justify="right" if col in ("facts", "commitments", "nodes") else "left")
+    for col in ("slug", "version", "title", "role", "genres", "facts", "commitments", "nodes"):
+        table.add_column(col, justify="right" if col in ("version", "facts", "commitments", "nodes") else "left")
     for spec in ds:
-        table.add_row(spec.key, spec.meta.title, spec.meta.player_role, ", ".join(spec.meta.genres),
+        table.add_row(spec.key, f"v{spec.meta.version}", spec.meta.title, spec.meta.player_role,
+                      ", ".join(spec.meta.genres),
                       str(len(spec.initial_facts)), str(len(spec.commitments)), str(len(spec.trajectory)))
     Console(width=200).print(table)
     return 0
@@ -41,7 +42,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     card.add_column(style="bold")
     card.add_column()
     kinds = {k: sum(c.type is k for c in spec.commitments) for k in CommitmentType}
-    card.add_row("id", f"{spec.key}  ({env_id(spec.key)})")
+    card.add_row("id", f"{spec.key}  ({env_id(spec.key, spec.meta.version)})")
+    card.add_row("version", str(spec.meta.version))
     card.add_row("player role", spec.meta.player_role)
     card.add_row("genres", ", ".join(spec.meta.genres))
     card.add_row("facts / commitments / nodes",
