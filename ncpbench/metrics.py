@@ -11,12 +11,13 @@ run, one environment, or one genre (an environment with two genres counts in bot
   confirmed conflict of that kind (kinds can co-occur, so the rates can add up to more than the
   conflict share);
 - conflict-free episodes: the count of episodes that did not end in CONFLICT;
-- survival at turn t: the share of episodes still alive after t turns, where an episode is dead
-  after t once it ended in CONFLICT at a turn <= t (SUCCESS and SURVIVAL episodes stay alive).
-  Reported only for t up to the smallest turn limit of the group (None beyond it: an episode
-  cannot be observed past its limit);
-- a Kaplan–Meier curve (`ncpbench.survival`) with its median and restricted mean survival time
-  up to a horizon (default: the largest turn limit of the group).
+- survival at turn t (the published definition): the share of scored episodes whose turn count is
+  at least t. A conflict exactly at turn t still counts as alive at t; a SUCCESS that ended before
+  t counts as not alive. Reported only for t up to the smallest turn limit of the group (None
+  beyond it: no episode can reach a turn past its limit);
+- beyond the paper, a Kaplan–Meier curve (`ncpbench.survival`: the event is a CONFLICT; SURVIVAL,
+  SUCCESS and ERROR are censored at their turn count) with its median and restricted mean
+  survival time up to a horizon (default: the group's turn limit).
 
 ERROR episodes (infrastructure failures: an endpoint that kept failing, output that stayed
 invalid) say nothing about the narrator, so they are **excluded** from every average, rate,
@@ -187,7 +188,7 @@ def summarize(records: Iterable[EpisodeRecord], *, at: Sequence[int] | None = No
                              dtype=np.float64))
     valid_at = [t for t in turns_at if scored and t <= min_limit]
     for t in valid_at:  # the published survival at t (`ncpbench.survival.alive_share`), per episode
-        cols.append((~(dead & (turns <= t))).astype(np.float64))
+        cols.append((turns >= t).astype(np.float64))
     matrix = np.column_stack(cols) if scored else np.zeros((0, len(cols)))
     ests: list[Estimate | None] = list(bootstrap_means(matrix, resamples=resamples, seed=seed, confidence=confidence))
     if not scored:

@@ -15,8 +15,10 @@ infrastructure failed (the callers count SUCCESS and ERROR separately).
 - `median`: the smallest event time with S(t) <= 0.5, None when the curve never gets there.
 - `rmst(horizon)`: the restricted mean survival time, the area under the step curve from 0 to the
   horizon (= E[min(T, horizon)]); without censoring it equals the mean of min(turns, horizon).
-- `alive_share(times, events, t)`: the published "survival at turn t": the share of episodes that
-  have not ended in CONFLICT at a turn <= t (censored episodes count as alive).
+- `alive_share(times, t)`: the published "survival at turn t": the share of scored episodes whose
+  turn count is at least t. An episode whose conflict comes exactly at turn t still counts at t (it
+  lived to play turn t); a SUCCESS that ended before t does not. This is not the Kaplan–Meier
+  S(t), which treats SUCCESS as censored; reports show both, each under its own name.
 """
 
 from __future__ import annotations
@@ -154,9 +156,9 @@ def kaplan_meier(times: Sequence[int] | IntArray, events: Sequence[bool] | npt.N
                        survival=surv, lower=lower, upper=upper, confidence=confidence)
 
 
-def alive_share(times: Sequence[int] | IntArray, events: Sequence[bool] | npt.NDArray[np.bool_], t: int) -> float:
-    """The published survival at turn t: share of episodes not ended by a CONFLICT at a turn <= t."""
-    tt, e = _as_arrays(times, events)
+def alive_share(times: Sequence[int] | IntArray, t: int) -> float:
+    """The published survival at turn t: the share of episodes whose turn count is at least t."""
+    tt = np.asarray(times, dtype=np.int64)
     if not len(tt):
         return math.nan
-    return float(np.mean(~(e & (tt <= t))))
+    return float(np.mean(tt >= t))

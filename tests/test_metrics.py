@@ -56,11 +56,20 @@ def test_conflict_kinds_co_occur_so_rates_can_sum_past_the_conflict_share(five: 
     assert sum(v.value for v in rates.values() if v) == 0.75 > 2 / 4
 
 
-def test_survival_at_t_is_the_share_not_dead_by_a_conflict_at_or_before_t(five: list[EpisodeRecord]) -> None:
-    s = summarize(five, at=[1, 2, 3, 4, 10, 11])
+def test_survival_at_t_is_the_published_share_whose_turn_count_reaches_t(five: list[EpisodeRecord]) -> None:
+    s = summarize(five, at=[1, 2, 3, 4, 5, 6, 10, 11])
     got = {t: (e.value if e else None) for t, e in s.survival_at.items()}
-    # scored turns/outcomes: 2 C, 4 C, 5 S, 10 V -> dead after 2: 1 of 4; after 4: 2 of 4
-    assert got == {1: 1.0, 2: 0.75, 3: 0.75, 4: 0.5, 10: 0.5, 11: None}, "beyond the turn limit: not observable"
+    # scored (turns, outcome): (2, CONFLICT) (4, CONFLICT) (5, SUCCESS) (10, SURVIVAL); ERROR excluded.
+    # A conflict exactly at t still counts at t; the SUCCESS at 5 counts at 5 but not at 6.
+    assert got == {1: 1.0, 2: 1.0, 3: 0.75, 4: 0.75, 5: 0.5, 6: 0.25, 10: 0.25, 11: None}, \
+        "beyond the turn limit: not observable"
+
+
+def test_a_success_at_turn_three_is_not_alive_at_five_and_a_conflict_at_five_is(tiny: Spec) -> None:
+    records = [rec(tiny, "SUCCESS", 3), rec(tiny, "CONFLICT", 5, kinds=("fact",)), rec(tiny, "ERROR", 2)]
+    s = summarize(records, at=[3, 5, 6])
+    assert {t: e.value for t, e in s.survival_at.items() if e} == {3: 1.0, 5: 0.5, 6: 0.0}
+    assert s.scored == 2, "the ERROR episode is in no share"
 
 
 def test_kaplan_meier_censors_error_success_and_survival(five: list[EpisodeRecord]) -> None:
@@ -145,4 +154,4 @@ def test_summary_dict_is_plain_json(five: list[EpisodeRecord]) -> None:
     d = summarize(five).as_dict()
     again = json.loads(json.dumps(d))
     assert again["errors"] == 1 and again["km"]["times"] == [1, 2, 4, 5, 10]
-    assert again["survival_at"]["10"]["value"] == 0.5
+    assert again["survival_at"]["10"]["value"] == 0.25

@@ -38,7 +38,7 @@ LIMIT = 5
 def play(spec: Spec, verdicts: list[Verdict], replies: list[str], replicate: int, *, fail: str | None = None,
          config: dict[str, object] | None = None) -> EpisodeRecord:
     env = NarrativeEnv(spec, player=ReplayPlayer(["I look around.", "I walk on.", "I jump into the sea."]),
-                       auditor=ReplayAuditor(verdicts), max_turns=LIMIT)
+                       auditor=ReplayAuditor(verdicts), max_turns=LIMIT, protocol="grounded")  # graph credit
     env.reset(seed=replicate)
     for reply in replies:
         _, _, term, trunc, _ = env.step(reply)
@@ -178,7 +178,8 @@ def test_comparison_csv_has_one_row_per_run_with_models_and_intervals(report: Pa
     assert float(steady["fact_conflict_rate"]) == pytest.approx(1 / 5)
     assert float(steady["player_input_conflict_rate"]) == pytest.approx(1 / 5)
     assert steady["conflict_free"] == "3"
-    assert float(steady["survival_at_5"]) == pytest.approx(3 / 5) and steady["rmst_horizon"] == "5"
+    # published survival at 5: turn counts >= 5 among 2, 4 (SUCCESS), 5, 1, 5 -> 2 / 5
+    assert float(steady["survival_at_5"]) == pytest.approx(2 / 5) and steady["rmst_horizon"] == "5"
     # KM: ERROR censored at 0; at 1: n=5, d=1 -> 0.8; at 2: n=4, d=1 -> 0.6; no median; RMST to 5 = 1 + 0.8 + 0.6*3
     assert steady["km_median"] == "" and float(steady["rmst"]) == pytest.approx(1 + 0.8 + 0.6 * 3)
 

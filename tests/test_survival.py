@@ -94,17 +94,17 @@ def test_everything_censored_survives_at_one() -> None:
     assert km.survival.tolist() == [1.0, 1.0] and km.median is None and km.rmst(5) == 5.0
 
 
-def test_published_survival_at_t_counts_censored_episodes_as_alive() -> None:
+def test_published_survival_at_t_is_the_share_whose_turn_count_reaches_t() -> None:
     times, events = [1, 2, 3, 3, 10], [True, False, True, True, False]
-    # alive after t = not (conflict at a turn <= t)
-    assert alive_share(times, events, 0) == 1.0
-    assert alive_share(times, events, 1) == 4 / 5
-    assert alive_share(times, events, 2) == 4 / 5      # the episode ending at 2 without a conflict is alive
-    assert alive_share(times, events, 3) == 2 / 5
-    assert alive_share(times, events, 100) == 2 / 5
-    # Kaplan–Meier differs once something is censored before the events: at 3, n = 3, d = 2
+    assert alive_share(times, 0) == 1.0
+    assert alive_share(times, 1) == 1.0      # the conflict at turn 1 still counts at 1
+    assert alive_share(times, 2) == 4 / 5
+    assert alive_share(times, 3) == 3 / 5    # the episode that ended at 2 without a conflict does not reach 3
+    assert alive_share(times, 4) == 1 / 5
+    assert alive_share(times, 100) == 0.0
+    # Kaplan–Meier is another quantity: SUCCESS/SURVIVAL are censored; at 3, n = 3, d = 2
     assert kaplan_meier(times, events).at(3) == pytest.approx(4 / 5 * (1 - 2 / 3))
-    assert math.isnan(alive_share([], [], 3))
+    assert math.isnan(alive_share([], 3))
 
 
 @settings(max_examples=60, deadline=None)
@@ -113,7 +113,7 @@ def test_without_censoring_km_is_the_alive_share_and_rmst_the_mean_turns(times: 
     events = [True] * len(times)
     km = kaplan_meier(times, events)
     for t in range(0, 22):
-        assert km.at(t) == pytest.approx(alive_share(times, events, t))
+        assert km.at(t) == pytest.approx(alive_share(times, t + 1)), "S(t) counts those alive after turn t"
     assert km.rmst(20) == pytest.approx(sum(times) / len(times))
     assert km.rmst(7) == pytest.approx(sum(min(t, 7) for t in times) / len(times))
 
