@@ -10,8 +10,9 @@
 
 Each stage answers a pydantic model (`TrajectoryDraft`, `CommitmentsDraft`, `FactsDraft`); the
 client re-asks on JSON that does not match it. The answer is then put into the draft spec and
-checked with the spec validator (`ncpbench.validation.check_spec`) plus a few builder rules
-(`stage_findings`). Findings go to the stage that owns the field (`stage_of`); a stage's errors
+checked with the spec validator (`ncpbench.validation.check_spec`), a few builder rules and the
+lint rules that matter for structure (`ncpbench.lint.builder_findings`: every lint error, plus the
+replay and impossible-ordering warnings), all in `stage_findings`. Findings go to the stage that owns the field (`stage_of`); a stage's errors
 go back to the model for at most `repair_rounds` rounds, each answered with the whole corrected
 object. A stage that is still invalid stops the build: `BuildResult.spec` is None, `findings`
 says why, and `draft` holds what was built so far. Ids are positional (the model lists items,
@@ -59,7 +60,9 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ncpbench.models.client import InvalidOutputError, ModelCallError, ModelClient
+from ncpbench.errors import InvalidOutputError, ModelCallError
+from ncpbench.lint import builder_findings
+from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.spec import (
     Commitment,
@@ -201,8 +204,12 @@ TASKS = {
         "- satisfaction_condition: what the narration shows when the commitment is kept.\n"
         "- violation_condition: what the narration shows when it is broken.\n"
         "Both conditions must be observable in the narration, name the nodes they depend on, and never hold "
-        "at the same time. Favour constraints that keep a narrator from ending the story early or revealing "
-        "something too soon; leave out static background trivia that no narration could break.\n"
+        "at the same time. They test what happens in the world, never what {role} thinks, feels, decides or "
+        "says (the player chooses that). A violation condition describes a concrete event that breaks the "
+        "commitment, not only the same nodes in the other order. The story ends in success as soon as every "
+        "achievement is reached, so one achievement links to the last plot node ({last}). Favour constraints "
+        "that keep a narrator from ending the story early or revealing something too soon; leave out static "
+        "background trivia that no narration could break.\n"
         'JSON shape: {{"commitments": [{{"type": "ordering", "description": "...", "satisfaction_condition": '
         '"...", "violation_condition": "...", "before": "s_2", "after": "s_5", "from": null, "until": null, '
         '"node": null}}]}}'),
@@ -322,14 +329,26 @@ def _builder_rules(draft: Spec, file: str) -> list[Finding]:
 
 
 def stage_findings(draft: Spec, stage: str | None, file: str) -> list[Finding]:
-    """Validator and builder findings on the draft owned by `stage` (None = every stage).
+    """Validator, builder and lint findings on the draft owned by `stage` (None = every stage).
 
-    Validator warnings that a model can always fix (`_ESCALATED`) count as errors here.
+    Validator warnings that a model can always fix (`_ESCALATED`) count as errors here, and so do
+    the warnings of the structural lint rules (`ncpbench.lint.STRUCTURAL`: replay,
+    impossible-ordering). Lint runs only on a draft the validator accepts, since its rules assume
+    the links resolve; its other warnings are left to `ncpbench lint`.
     """
     found = check_spec(draft, file, expected_id=draft.meta.id) + _builder_rules(draft, file)
     found = [dataclasses.replace(f, severity=Severity.ERROR) if f.message.startswith(_ESCALATED) else f
              for f in found]
+    if not errors(found) and draft.trajectory:
+        found += [dataclasses.replace(f, severity=Severity.ERROR) for f in builder_findings(draft, file)
+                  if _lint_ready(draft, stage_of(f))]
     return [f for f in found if stage is None or stage_of(f) == stage]
+
+
+def _lint_ready(draft: Spec, owner: str) -> bool:
+    """Lint findings about a stage count once that stage has an answer (the plot is linted before
+    there are commitments, and a replay needs them)."""
+    return owner != "commitments" or bool(draft.commitments)
 
 
 # -- the builder ----------------------------------------------------------------------------------

@@ -226,6 +226,31 @@ def test_a_repair_round_sends_the_findings_back_and_fixes_the_commitments(bad: l
     assert result.spec is not None and result.spec.commitments[0].before == "s_2"
 
 
+MIRRORED = with_change(0, description="The storm cuts the island off (s_3) before Mara opens the vault (s_4).",
+                       satisfaction_condition="s_3 is narrated before s_4.",
+                       violation_condition="s_4 is narrated before s_3.", before="s_3", after="s_4")
+"""Valid, but lint's impossible-ordering: adjacent nodes and a violation that only swaps them."""
+EARLY_SUCCESS = with_change(5, description="Mara climbs the tower with the lens (s_6).",
+                            satisfaction_condition="Mara reaches the lamp room, completing s_6.",
+                            violation_condition="The tower collapses before s_6.", node="s_6")
+"""Valid, but lint's replay: SUCCESS at s_6, so the last node s_7 can never be played."""
+
+
+@pytest.mark.parametrize(("bad", "problem"), [
+    (MIRRORED, "c_0 violation_condition: s_4 directly follows s_3"),
+    (EARLY_SUCCESS, "c_5 node: the episode ends in SUCCESS when s_6 completes, so s_7 can never be played"),
+], ids=["impossible-ordering", "replay"])
+def test_a_structural_lint_finding_triggers_a_repair_round(bad: list[dict[str, Any]], problem: str) -> None:
+    scripted = script(commitments=[commitments_json(bad), commitments_json()])
+    with MockServer(MockConfig(scripted=scripted)) as server:
+        result, client = build(server)
+    assert result.ok, result.findings
+    assert result.rounds["commitments"] == 1 and result.usage["commitments"].calls == 2
+    first, repair = sent_for(client, "commitments")
+    assert problem in repair[-1]["content"] and problem not in first[-1]["content"]
+    assert not errors(stage_findings(result.draft, None, "x.yaml"))
+
+
 def test_commitments_still_invalid_after_the_rounds_fail_the_build_and_skip_the_facts() -> None:
     scripted = script(commitments=[commitments_json(DANGLING)] * 3)
     with MockServer(MockConfig(scripted=scripted)) as server:
