@@ -49,9 +49,8 @@ PLAYER_TURN_TAIL = "What does {role} do now?"
 
 
 def _log(transcript: tuple[Exchange, ...], role: str, *, with_changes: bool) -> str:
+    """Every exchange so far, one line each (and what it established): a pure append from turn to turn."""
     lines = ["The story so far:"]
-    if not transcript:
-        lines.append("(the story is about to begin)")
     for ex in transcript:
         if ex.player_action is None:
             lines.append(f"[opening] Narrator: {ex.narrator_reply}")
@@ -62,7 +61,7 @@ def _log(transcript: tuple[Exchange, ...], role: str, *, with_changes: bool) -> 
                        *(f"plot point {n} done" for n in ex.nodes_completed), *ex.status_changes]
             if changes:
                 lines.append(f"[turn {ex.turn}] established: " + "; ".join(changes))
-    return "\n".join(lines)
+    return "".join(line + "\n" for line in lines)
 
 
 def narrator_messages(request: NarratorRequest) -> list[dict[str, str]]:
@@ -86,12 +85,12 @@ def narrator_messages(request: NarratorRequest) -> list[dict[str, str]]:
     else:
         tail += [f"{request.player_role} now does: {request.player_action}",
                  NARRATOR_TURN.format(role=request.player_role)]
-    user = "\n".join(head) + "\n\n" + _log(request.transcript, request.player_role, with_changes=True) + "\n\n" + "\n".join(tail)
+    user = "\n".join(head) + "\n\n" + _log(request.transcript, request.player_role, with_changes=True) + "\n" + "\n".join(tail)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def player_messages(request: PlayerRequest, mode: str) -> list[dict[str, str]]:
     system = PLAYER_SYSTEM[mode].format(title=request.title, role=request.player_role)
-    user = (_log(request.transcript, request.player_role, with_changes=False) + "\n\n"
+    user = (_log(request.transcript, request.player_role, with_changes=False) + "\n"
             + PLAYER_TURN_TAIL.format(role=request.player_role))
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -138,16 +138,14 @@ def log_entry(ex: Exchange) -> str:
 
 
 def story_log(state: EpisodeState, protocol: AuditProtocol) -> str:
+    """The log section; every entry ends with a blank line, so the next one is a pure append."""
     exchanges = state.transcript
-    lines = ["Story so far:"]
+    text = "Story so far:\n"
     if protocol.audit_context == "compact" and len(exchanges) > protocol.recent_turns:
         dropped = len(exchanges) - protocol.recent_turns
         exchanges = exchanges[-protocol.recent_turns:]
-        lines.append(f"({dropped} earlier exchanges are summarised by the ledger in the current state below.)")
-    if not exchanges:
-        lines.append("(nothing yet)")
-    lines += [log_entry(ex) for ex in exchanges]
-    return "\n".join(lines)
+        text += f"({dropped} earlier exchanges are summarised by the ledger in the current state below.)\n\n"
+    return text + "".join(log_entry(ex) + "\n\n" for ex in exchanges)
 
 
 # -- tail: what is new for this call ------------------------------------------------------------
@@ -184,7 +182,7 @@ def current_state(req: AuditRequest) -> str:
 
 def prefix(req: AuditRequest) -> str:
     """Everything before the stage's own part: identical for every stage of one audit."""
-    return "\n\n".join((head(req.spec), story_log(req.state, req.protocol), current_state(req)))
+    return head(req.spec) + "\n\n" + story_log(req.state, req.protocol) + current_state(req)
 
 
 def messages(stage: str, req: AuditRequest, extra: str = "") -> list[dict[str, str]]:

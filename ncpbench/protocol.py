@@ -70,8 +70,13 @@ class AuditProtocol(BaseModel):
 
     @property
     def label(self) -> str:
-        """`published/1`: how records, run.json and reports name it."""
-        return f"{self.name}/{self.version}"
+        """`published/1` (or `published/1+compact6`): how records, run.json and reports name it."""
+        base = f"{self.name}/{self.version}"
+        return base if self.audit_context == "full" else f"{base}+compact{self.recent_turns}"
+
+    def with_context(self, audit_context: Literal["full", "compact"], recent_turns: int = 6) -> AuditProtocol:
+        """This preset with another audit context (`--audit-context compact`); the label says so."""
+        return self.model_copy(update={"audit_context": audit_context, "recent_turns": recent_turns})
 
 
 PUBLISHED = AuditProtocol(name="published", version=1)
