@@ -1,4 +1,4 @@
-"""Gymnasium registration: one id per bundled environment, e.g. `ncpbench/IronMan-v0`.
+"""Gymnasium registration: one id per bundled environment, e.g. `ncpbench/IronMan-v1`.
 
 The `-vN` of an id is the spec's `meta.version`, so a revision that changes what a narration must
 do gets a new id and its scores never mix with the old ones. Registration reads only the index and
@@ -66,7 +66,7 @@ def env_name(slug: str) -> str:
 
 
 def env_id(slug: str, version: int | None = None) -> str:
-    """`iron-man` -> `ncpbench/IronMan-v0`: the current id (the bundled spec's version, else 0)."""
+    """`iron-man` -> `ncpbench/IronMan-vN`: the current id, N = the bundled spec's meta.version (else 0)."""
     if version is None:
         version = bundled_versions().get(slug, 0)
     return f"{NAMESPACE}/{env_name(slug)}-v{version}"
