@@ -223,8 +223,11 @@ class _NameMatcher:
                 if before and _other_person(before.group(1), {w.lower() for w in self.words} | _TITLES):
                     continue  # "Howard Stark knows": someone else who shares the surname
             rest = text[m.end():]
-            if verb.lower() == "told" and re.match(r"\s+(?:of|about|that)\b", rest):
-                continue  # "shows Lina told of it": someone else tells her
+            if verb.lower() == "told" and re.match(r"\s+(?:of|about|that|where|what|who|how|when|why|whether|if)\b",
+                                                   rest):
+                continue  # "shows Lina told of it", "Cross told where she is": someone else tells them
+            if self.is_speech(verb) and re.search(r"\bwhat(?:ever)?\s+$", text[:m.start()]):
+                continue  # "a recording of what Troy said": the words as an object in the world
             if verb.lower().startswith("know") and _ACQUAINTED.match(rest):
                 continue  # "Harry and Mary know each other", "Bean knows Sabine.": acquainted, not a thought
             out.append((name, verb))

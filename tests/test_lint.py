@@ -80,6 +80,9 @@ def test_player_mind_passes_what_others_do_to_the_player_and_what_the_world_show
                 key_delta="Mara's uncle's letter, which says the key opens the cellar, is in her hands.")
     good = commitment(good, "c_0", violation_condition="Mara is told about the vault and opens it before s_1.")
     good = commitment(good, "c_1", satisfaction_condition="Nobody knows where Mara keeps the key until s_2.")
+    good = node(good, "s_2", key_delta="Ewan holds a recording of what Mara said on the pier.")
+    good = commitment(good, "c_3", violation_condition="Before s_3 the narration shows Mara told where the lens "
+                                                      "is hidden.")
     assert found(good, "player-mind") == []
     assert found(node(good, "s_1", trigger_event="Mara tells Ewan which door the key opens."), "player-mind")
 
