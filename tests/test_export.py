@@ -139,7 +139,7 @@ def test_preference_pairs_a_passing_reply_with_each_failing_one(tiny: Spec) -> N
     assert pair["chosen"] == [{"role": "assistant", "content": "The gangway drops."}]
     assert pair["rejected"] == [{"role": "assistant", "content": "The key melts."}]
     assert pair["prompt"] == narrator_messages(searches[0].request)
-    assert pair["prompt"][1]["content"].endswith(f"Mara now does: {searches[0].request.player_action}")
+    assert f"Mara now does: {searches[0].request.player_action}\n" in pair["prompt"][1]["content"]
     assert pair["metadata"]["rejected_conflicts"][0]["kind"] == "fact"
 
 

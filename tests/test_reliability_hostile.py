@@ -24,7 +24,7 @@ from ncpbench.record import EpisodeRecord
 from ncpbench.registry import bundled_slugs
 from ncpbench.runner import EpisodeTask, run_batch
 from ncpbench.spec import Spec
-from ncpbench.verdict import ConflictKind, Verdict
+from ncpbench.verdict import Verdict
 
 MEGABYTE = "The corridor stretches on and on. " * 30_000  # 1,020,000 characters
 HOSTILE = {
@@ -78,15 +78,9 @@ def assert_valid_json(record: EpisodeRecord) -> None:
 
 
 @pytest.mark.parametrize("kind", ["empty", "whitespace"])
-def test_empty_or_blank_reply_is_a_player_input_conflict_without_an_audit(tiny: Spec, kind: str) -> None:
-    record, auditor = play_hostile(tiny, HOSTILE[kind])
-    assert auditor.calls == 1, "only the opening was audited"
-    assert record.outcome is Outcome.CONFLICT and record.conflict_kinds == ["player_input"]
-    turn = record.history[-1]
-    assert not turn.committed and turn.verdict.conflicts[0].kind is ConflictKind.PLAYER_INPUT
-    assert "empty reply: player-input conflict without an audit" in turn.notes
-    assert record.final_state.turn == 0, "nothing of the silent turn is committed"
-    assert_valid_json(record)
+def test_empty_or_blank_reply_is_refused_without_an_audit_and_scores_nothing(tiny: Spec, kind: str) -> None:
+    with pytest.raises(ValueError, match="narration is empty"):
+        play_hostile(tiny, HOSTILE[kind])
 
 
 def test_a_megabyte_reply_is_cut_to_the_limit_and_the_record_says_so(tiny: Spec) -> None:
@@ -150,13 +144,12 @@ def test_every_audit_prompt_carries_the_reply_as_fenced_data(tiny: Spec, kind: s
     reply, _ = clean_text(HOSTILE[kind])
     req = AuditRequest(spec=tiny, state=EpisodeState.initial(tiny), player_action="I wait.", reply=reply,
                        frontier=tuple(TrajectoryGraph(tiny).frontier([])))
-    for stage in prompts.SYSTEMS:
+    for stage in prompts.STAGES:
         system, user = (m["content"] for m in prompts.messages(stage, req))
         assert prompts.DATA_RULE in system
         assert user.count("<narrator_reply>") == 1 and user.count("</narrator_reply>") == 1
         inside = user.split("<narrator_reply>\n", 1)[1].split("\n</narrator_reply>", 1)[0]
-        assert inside == reply.replace("</narrator_reply>", "</narrator-reply>").replace(
-            "<narrator_reply>", "<narrator-reply>")
+        assert inside == prompts.defuse(reply) and "</narrator_reply>" not in inside
         assert user.rindex(f"Audit stage: {stage}") > user.index("</narrator_reply>"), "the real task comes last"
         assert len(user) < MAX_REPLY_CHARS + 20_000, "the prompt is bounded whatever the reply"
 
@@ -182,14 +175,14 @@ def test_hostile_replies_in_a_batch_leave_episodes_jsonl_one_valid_record_per_li
         records[reply_of[rec.env_id]] = rec
     assert set(records) == set(kinds)
     for kind, rec in records.items():
-        assert rec.outcome is not Outcome.ERROR, (kind, rec.error)
+        assert rec.outcome is not Outcome.ERROR or kind in ("empty", "whitespace"), (kind, rec.error)
+        if kind in ("empty", "whitespace"):  # invalid output of a plugged-in narrator: ERROR, never a verdict
+            assert rec.outcome is Outcome.ERROR and "narration is empty" in (rec.error or "")
+            continue
         turn1 = rec.history[1]
-        if kind in ("empty", "whitespace"):
-            assert rec.outcome is Outcome.CONFLICT and rec.conflict_kinds == ["player_input"]
-        else:
-            assert rec.outcome is Outcome.SURVIVAL and turn1.committed
-            assert rec.final_state.completed_nodes == (), "no reply could complete a node by asking"
-            assert len(turn1.narrator_reply) <= MAX_REPLY_CHARS
+        assert rec.outcome is Outcome.SURVIVAL and turn1.committed
+        assert rec.final_state.completed_nodes == (), "no reply could complete a node by asking"
+        assert len(turn1.narrator_reply) <= MAX_REPLY_CHARS
     assert any(n.startswith("reply truncated") for n in records["megabyte"].history[1].notes)
     assert records["control"].history[1].narrator_reply.count("\u2028") == 1
     json.loads((tmp_path / "r" / "run.json").read_text())
