@@ -18,10 +18,10 @@ content, and JSON that misses the schema. Standard library only, so it runs anyw
 
 from __future__ import annotations
 
-import json
-import random
 import hashlib
 import itertools
+import json
+import random
 import re
 import socket
 import struct
@@ -188,10 +188,10 @@ def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
         ids_m = _TO_JUDGE.search(user)
         ids = [i.strip() for i in ids_m.group(1).split(",") if i.strip()] if ids_m else []
         done_m = _DONE_AFTER.search(user)
-        done = {n.strip() for n in done_m.group(1).split(",")} if done_m else set()
+        after: set[str] = {n.strip() for n in done_m.group(1).split(",")} if done_m else set()
         nodes = {m.group(1): set(_NODE.findall(m.group(2))) for m in _COMMITMENT.finditer(user)}
-        return {"judgements": [{"id": i, "status": "SATISFIED" if nodes.get(i) and nodes[i] <= done else "PENDING",
-                                "evidence": sorted(nodes.get(i, set()) & done)} for i in ids]}
+        return {"judgements": [{"id": i, "status": "SATISFIED" if nodes.get(i) and nodes[i] <= after else "PENDING",
+                                "evidence": sorted(nodes.get(i, set()) & after)} for i in ids]}
     if stage == "commitment_pending":
         return {"updates": []}
     return {}
