@@ -131,15 +131,16 @@ def test_hand_checked_sample_of_five_cases_from_seed_0(suite: list[AuditCase]) -
                             "Nobody around you finds anything strange about it.")
     assert (c.gold.kinds, c.gold.targets, c.gold.tolerated) == ([FACT], {"fact": ["f_0"]}, [COMMITMENT])
 
-    # 0002, Dial M for Murder: only s_0 is done, yet the reply narrates s_10's trigger and key delta.
-    # c_4 orders s_9 before s_10, and s_9 has not happened -> a commitment conflict on c_4; the node
-    # on the frontier (s_1) is not what was narrated, so nothing completes.
+    # 0002, Dial M for Murder (v1): only s_0 is done, yet the reply narrates s_13's trigger and key
+    # delta (Tony opens the flat with the hidden key). c_6 orders s_11 before s_13 and s_11 has not
+    # happened -> a commitment conflict on c_6 (c_9, the invariant that closes at s_13, is also named);
+    # the frontier node (s_1) is not what was narrated, so nothing completes.
     c = by_index[2]
     assert c.id == "0002-step_skip-dial-m-for-murder" and c.state.completed_nodes == ("s_0",)
     assert c.reply == ("You stand still and listen. You hear ordinary sounds: footsteps, voices, the hum of the place "
-                       "around you. Mark urges Tony to tell the police he hired Swann, and Hubbard arrives asking "
-                       "where Tony's cash came from. Hubbard has caught Tony in a lie about his spending.")
-    assert c.gold.kinds == [COMMITMENT] and c.gold.targets["commitment"][0] == "c_4"
+                       "around you. Tony takes Margot's key from under the stair carpet and opens the flat door with "
+                       "it. Tony has used the hidden key in front of Hubbard's watchers.")
+    assert c.gold.kinds == [COMMITMENT] and c.gold.targets["commitment"] == ["c_6", "c_9"]
     assert not c.gold.completes
 
     # 0005, The Big Sleep: the player goes through their belongings; the reply refuses with no reason

@@ -35,7 +35,7 @@ def test_lint_strict_passes_on_the_bundled_films() -> None:
 
 
 def test_the_bundled_set_keeps_the_published_sizes_and_kinds() -> None:
-    specs = list(bundled().values())
+    specs = list(bundled().specs.values())
     assert len(specs) == 100
     mean = {name: sum(len(getattr(s, name)) for s in specs) / len(specs)
             for name in ("initial_facts", "commitments", "trajectory")}
@@ -49,6 +49,6 @@ def test_the_revised_films_are_version_one_and_the_changelog_lists_every_one() -
     from pathlib import Path
 
     changelog = (Path(__file__).resolve().parent.parent / "docs" / "ENVIRONMENT_CHANGES.md").read_text()
-    for slug, spec in bundled().items():
+    for slug, spec in bundled().specs.items():
         assert spec.meta.version == 1, slug
         assert f"## {slug} (v0 -> v1)" in changelog, f"{slug} is missing from docs/ENVIRONMENT_CHANGES.md"
