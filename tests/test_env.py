@@ -13,6 +13,7 @@ from ncpbench.auditors import ReplayAuditor
 
 import ncpbench
 from ncpbench import NarrativeEnv, Outcome
+from ncpbench.env import MAX_REPLY_CHARS
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.ledger import FactDiff
 from ncpbench.registry import bundled_slugs, env_id
@@ -206,3 +207,28 @@ def test_short_scripted_episode_runs_on_every_environment(slug: str) -> None:
         _, _, term, trunc, info = env.step("The story moves on, and the plot advances one step.")
     assert info["outcome"] == "SURVIVAL" and info["completed_nodes"] == [f"s_{i}" for i in range(4)]
     env.close()
+
+
+def test_observations_stay_inside_their_space_for_the_longest_allowed_episode(tiny: Spec) -> None:
+    # The defaults: 100 turns of replies and actions at the 16,000-character cap, each turn adding facts.
+    long_action = "I act " + "a" * (MAX_REPLY_CHARS - 6)
+    env = NarrativeEnv(tiny, player=ReplayPlayer([long_action]),
+                       auditor=ReplayAuditor([Verdict(fact_diff=FactDiff(add=["x" * 290] * 8))] * 102))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    trunc = False
+    while not trunc:
+        obs, _, _, trunc, _ = env.step("r" * MAX_REPLY_CHARS)
+        assert env.observation_space.contains(obs), {k: len(v) if isinstance(v, str) else v for k, v in obs.items()}
+    assert obs["turn"] == 100 and len(obs["transcript"]) > 3_000_000
+
+
+def test_a_terminal_step_shows_the_final_turn_its_action_and_its_reply(tiny: Spec) -> None:
+    env = make(tiny, [CLEAN, CLEAN, conflict()])
+    env.reset(seed=0)
+    env.step("Opening.")
+    env.step("You see the pier.")
+    obs, _, term, _, info = env.step("The key melts in your pocket.")
+    assert term and obs["turn"] == info["turn"] == env.record().turns == 2
+    assert obs["player_action"] == "I walk on." and obs["narrator_reply"] == "The key melts in your pocket."
+    assert info["narrator_request"].terminal and info["narrator_request"].turn == 2
