@@ -13,8 +13,8 @@ from ncpbench.auditors import ReplayAuditor
 
 import ncpbench
 from ncpbench import NarrativeEnv, Outcome
-from ncpbench.env import MAX_REPLY_CHARS
 from ncpbench.commitments import CommitmentUpdate, Status
+from ncpbench.env import MAX_REPLY_CHARS
 from ncpbench.ledger import FactDiff
 from ncpbench.registry import bundled_slugs, env_id
 from ncpbench.spec import Spec
