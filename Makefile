@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV ?= iron-man
 DEMO_TURNS ?= 3
 
-.PHONY: demo demo-scripted test test-local test-reliability lint typecheck clean
+.PHONY: demo demo-scripted test test-local test-reliability lint typecheck imports clean
 
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,14 @@ lint: $(VENV)/.dev
 typecheck: $(VENV)/.dev
 	$(VENV)/bin/mypy ncpbench agents auditors
 
-test: lint typecheck
+# The layering contracts of pyproject.toml ([tool.importlinter]). agents/ and auditors/ install under
+# ncpbench/, so the check runs over a copy laid out as installed.
+imports: $(VENV)/.dev
+	@rm -rf build/imports && mkdir -p build/imports
+	@cp -r ncpbench build/imports/ && cp -r agents build/imports/ncpbench/agents && cp -r auditors build/imports/ncpbench/auditors
+	cd build/imports && $(CURDIR)/$(VENV)/bin/lint-imports $(CURDIR)/pyproject.toml
+
+test: lint typecheck imports
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-reliability: $(VENV)/.dev
