@@ -116,19 +116,27 @@ def check_out(path: str | Path, kind: Literal["file", "folder"], flag: str = "--
 
 # -- layer 2: roles ----------------------------------------------------------------------------------
 
+FlagName = Callable[[str, str], str]
+"""(role, option) -> the CLI flag that sets it, so messages name the real flag."""
+
+
+def role_flag(role: str, option: str = "") -> str:
+    """`ncpbench run`'s flags: --narrator, --narrator-base-url, ..."""
+    return f"--{role}-{option}" if option else f"--{role}"
+
 
 def key_variable(role: RoleConfig) -> str:
     return role.api_key_env or "OPENAI_API_KEY"
 
 
-def check_roles(config: RunConfig, environ: dict[str, str] | None = None, flag_prefix: str = "--") -> None:
+def check_roles(config: RunConfig, environ: dict[str, str] | None = None, flags: FlagName = role_flag) -> None:
     """Each active role: a known provider, a model name, and a key where the endpoint needs one."""
     env = os.environ if environ is None else environ
     for name in config.active_roles():
         role = config.role(name)
-        check_model_string(role.model, f"{flag_prefix}{name}")
+        check_model_string(role.model, flags(name, ""))
         if role.provider == "local":
-            _check_local(role, name, flag_prefix)
+            _check_local(role, flags(name, ""))
         if role.provider != "openai":
             continue
         var = key_variable(role)
@@ -137,25 +145,25 @@ def check_roles(config: RunConfig, environ: dict[str, str] | None = None, flag_p
         # A self-hosted endpoint (vLLM, Ollama, llama.cpp) rarely checks keys, so an unset default
         # variable is fine there; a variable the user named, or the hosted API, needs the key.
         if role.api_key_env or not role.base_url:
-            raise PreflightError(f"{name} {role.model}: the API key variable {var} is not set",
+            raise PreflightError(f"{flags(name, '')} {role.model}: the API key variable {var} is not set",
                                  f"export {var}=..., or name the variable that holds the key with "
-                                 f"{flag_prefix}{name}-api-key-env VAR")
+                                 f"{flags(name, 'api-key-env')} VAR")
 
 
-def _check_local(role: RoleConfig, name: str, flag_prefix: str) -> None:
+def _check_local(role: RoleConfig, flag: str) -> None:
     from ncpbench.models import local
 
     known = getattr(local, "MODELS", None)
     if isinstance(known, dict) and role.model_name not in known:
         from ncpbench.models.config import did_you_mean
 
-        raise PreflightError(f"{flag_prefix}{name} {role.model}: unknown local model"
+        raise PreflightError(f"{flag} {role.model}: unknown local model"
                              f"{did_you_mean(role.model_name, tuple(known))}",
                              f"use one of {', '.join('local/' + k for k in known)}")
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        raise PreflightError(f"{flag_prefix}{name} {role.model} needs the local extra",
+        raise PreflightError(f"{flag} {role.model} needs the local extra",
                              "pip install 'ncpbench[local]' (or `make demo`, which installs it)") from None
 
 
@@ -210,7 +218,7 @@ def _stderr(message: str) -> None:
 
 
 def probe_endpoints(config: RunConfig, *, timeout_s: float = 10.0, warn: Warn = _stderr,
-                    flag_prefix: str = "--") -> None:
+                    flags: FlagName = role_flag) -> None:
     """One cheap request per endpoint (and per model it must serve); PreflightError on a sure misconfiguration."""
     import openai
 
@@ -220,27 +228,29 @@ def probe_endpoints(config: RunConfig, *, timeout_s: float = 10.0, warn: Warn = 
         shown = redact_url(ep.url)
         client = openai.OpenAI(base_url=ep.url, api_key=key, max_retries=0, timeout=timeout_s)
         try:
-            listed = _list_models(client, ep, shown, first_role, flag_prefix, warn)
+            listed = _list_models(client, ep, shown, first_role, flags, warn)
+            checked: set[str] = set()
             for name, role in ep.roles:
-                if listed is not None and role.model_name in listed:
+                if (listed is not None and role.model_name in listed) or role.model_name in checked:
                     continue
-                _complete_one_token(client, role, name, shown, listed, flag_prefix, warn)
+                checked.add(role.model_name)
+                _complete_one_token(client, role, name, shown, listed, flags, warn)
         finally:
             client.close()
 
 
-def _fix_for(status: int | None, role: str, flag_prefix: str, key_var: str | None) -> str:
-    base = f"{flag_prefix}{role}-base-url"
+def _fix_for(status: int | None, role: str, flags: FlagName, key_var: str | None) -> str:
+    base = flags(role, "base-url")
     if status in (401, 403):
         var = key_var or "OPENAI_API_KEY"
         return (f"the key was refused: check the value of {var}, or name the right variable with "
-                f"{flag_prefix}{role}-api-key-env VAR")
+                f"{flags(role, 'api-key-env')} VAR")
     if status == 404:
-        return f"check {base} (OpenAI-compatible servers usually end in /v1) and the model name in {flag_prefix}{role}"
+        return f"check {base} (OpenAI-compatible servers usually end in /v1) and the model name in {flags(role, '')}"
     return f"check that the server is running and that {base} points at it (or pass --skip-preflight)"
 
 
-def _list_models(client: object, ep: Endpoint, shown: str, role: str, flag_prefix: str,
+def _list_models(client: object, ep: Endpoint, shown: str, role: str, flags: FlagName,
                  warn: Warn) -> set[str] | None:
     """The model ids the endpoint lists, or None when it has no usable /models."""
     import openai
@@ -251,16 +261,16 @@ def _list_models(client: object, ep: Endpoint, shown: str, role: str, flag_prefi
         return {m.id for m in page.data}
     except openai.AuthenticationError as e:
         raise PreflightError(f"{shown}/models answered HTTP {e.status_code} (not authorised)",
-                             _fix_for(e.status_code, role, flag_prefix, ep.key_var)) from None
+                             _fix_for(e.status_code, role, flags, ep.key_var)) from None
     except openai.PermissionDeniedError as e:
         raise PreflightError(f"{shown}/models answered HTTP {e.status_code} (forbidden)",
-                             _fix_for(e.status_code, role, flag_prefix, ep.key_var)) from None
+                             _fix_for(e.status_code, role, flags, ep.key_var)) from None
     except openai.APIConnectionError as e:
         if isinstance(e, openai.APITimeoutError):
             warn(f"{shown}/models did not answer in time; the run will retry")
             return None
         raise PreflightError(f"cannot connect to {shown} ({_cause(e)})",
-                             _fix_for(None, role, flag_prefix, ep.key_var)) from None
+                             _fix_for(None, role, flags, ep.key_var)) from None
     except openai.APIStatusError:
         return None  # no /models route (or a transient fault): the one-token completion decides
     except (ValueError, AttributeError, TypeError):
@@ -276,7 +286,7 @@ def _cause(e: BaseException) -> str:
 
 
 def _complete_one_token(client: object, role: RoleConfig, name: str, shown: str, listed: set[str] | None,
-                        flag_prefix: str, warn: Warn) -> None:
+                        flags: FlagName, warn: Warn) -> None:
     import openai
 
     assert isinstance(client, openai.OpenAI)
@@ -287,10 +297,10 @@ def _complete_one_token(client: object, role: RoleConfig, name: str, shown: str,
     except openai.NotFoundError as e:
         served = f"; it lists {', '.join(sorted(listed)[:8])}" if listed else ""
         raise PreflightError(f"{shown}/chat/completions answered HTTP {e.status_code} for model "
-                             f"{role.model_name!r}{served}", _fix_for(404, name, flag_prefix, key_var)) from None
+                             f"{role.model_name!r}{served}", _fix_for(404, name, flags, key_var)) from None
     except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
         raise PreflightError(f"{shown}/chat/completions answered HTTP {e.status_code} (not authorised)",
-                             _fix_for(e.status_code, name, flag_prefix, key_var)) from None
+                             _fix_for(e.status_code, name, flags, key_var)) from None
     except openai.BadRequestError as e:
         # Some servers refuse max_tokens=1 or the model's name in a 400; the name is the usual cause.
         warn(f"{shown} answered HTTP {e.status_code} to a one-token probe of {role.model_name!r}; "
@@ -298,7 +308,7 @@ def _complete_one_token(client: object, role: RoleConfig, name: str, shown: str,
     except openai.APITimeoutError:
         warn(f"{shown} did not answer a one-token probe in time; the run will retry")
     except openai.APIConnectionError as e:
-        raise PreflightError(f"cannot connect to {shown} ({_cause(e)})", _fix_for(None, name, flag_prefix, key_var)) from None
+        raise PreflightError(f"cannot connect to {shown} ({_cause(e)})", _fix_for(None, name, flags, key_var)) from None
     except openai.APIStatusError as e:
         warn(f"{shown} answered HTTP {e.status_code} to a probe; continuing (the run retries transient errors)")
     except (ValueError, AttributeError, TypeError):
@@ -310,3 +320,8 @@ def preflight(config: RunConfig, *, probe: bool = True, timeout_s: float = 10.0,
     check_roles(config)
     if probe:
         probe_endpoints(config, timeout_s=timeout_s, warn=warn)
+
+
+def single_role_flag(role: str, option: str = "") -> str:
+    """Commands with one model (`ncpbench build`): --model, --base-url, --api-key-env."""
+    return f"--{option}" if option else "--model"

@@ -47,7 +47,7 @@ from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import RunConfig
+from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
 from ncpbench.protocols import Narrator
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
@@ -227,21 +227,41 @@ def run_lock(folder: Path) -> Iterator[None]:
 # -- planning ---------------------------------------------------------------------------------------
 
 
+class UnknownEnvError(ConfigError, KeyError):
+    """An environment slug or genre that the dataset does not have (a KeyError, as the dataset raises)."""
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.fix}"
+
+
+def unknown_env(slug: str, known: list[str]) -> UnknownEnvError:
+    return UnknownEnvError(f"no environment {slug!r}{did_you_mean(slug, known)}",
+                           "see `ncpbench list` for the slugs, or --envs all")
+
+
 def select_envs(dataset: Dataset, selector: str | list[str]) -> list[str]:
-    """`all`, `SLUG,SLUG`, or `genre:GENRE` (case-insensitive)."""
+    """`all`, `SLUG,SLUG`, or `genre:GENRE` (case-insensitive); unknown names get a did-you-mean."""
     if isinstance(selector, list):
         keys = selector
-    elif selector == "all":
+    elif selector.strip() == "all":
         keys = list(dataset.specs)
     elif selector.startswith("genre:"):
         genre = selector.split(":", 1)[1].strip().lower()
         keys = [k for k, s in dataset.specs.items() if genre in {g.lower() for g in s.meta.genres}]
         if not keys:
-            raise KeyError(f"no environment has genre {genre!r}")
+            genres = sorted({g.lower() for s in dataset.specs.values() for g in s.meta.genres})
+            raise UnknownEnvError(f"no environment has genre {genre!r}{did_you_mean(genre, genres)}",
+                                  f"genres: {', '.join(genres)}")
     else:
         keys = [k.strip() for k in selector.split(",") if k.strip()]
+    if not keys:
+        raise UnknownEnvError(f"--envs {selector!r} names no environment", "give all, SLUG,SLUG or genre:GENRE")
     for k in keys:
-        dataset[k]  # raises a clear KeyError for unknown slugs
+        if k not in dataset.specs:
+            raise unknown_env(k, list(dataset.specs))
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise UnknownEnvError(f"--envs names {dup!r} twice", "list each environment once (use --replicates for more)")
     return keys
 
 
