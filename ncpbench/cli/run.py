@@ -75,9 +75,12 @@ def check_role_flags(args: argparse.Namespace, roles: tuple[str, ...] = ROLES) -
                          ge=bounds.get("ge"), gt=bounds.get("gt"), le=bounds.get("le"))
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The run config from flags, variables, file and profile; a role nobody named is an error unless --mock."""
+def config_from_args(args: argparse.Namespace, require: tuple[str, ...] | None = None) -> RunConfig:
+    """The run config from flags, variables, file and profile; a role in `require` that nobody named is
+    an error unless --mock (`ncpbench run` requires every role it uses; by default other commands none)."""
     check_role_flags(args)
+    if require is None:
+        require = ROLES if getattr(args, "command", None) == "run" else ()
     flags: dict[str, dict[str, Any]] = {}
     for role in ROLES:
         values: dict[str, Any] = {"model": getattr(args, role)}
@@ -87,7 +90,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return resolve_run_config(flags, config_file=args.config, profile=args.profile,
                               extra={"player_mode": args.player_mode, "cache_path": args.cache,
                                      "protocol": getattr(args, "protocol", None)},
-                              require=ROLES, mock_default=bool(getattr(args, "mock", False)))
+                              require=require, mock_default=bool(getattr(args, "mock", False)))
 
 
 def check_common(args: argparse.Namespace) -> None:
