@@ -51,7 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     raw = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in raw  # accepted anywhere on the line, not only before the sub-command
-    args = parser.parse_args([a for a in raw if a != "--debug"])
+    try:
+        args = parser.parse_args([a for a in raw if a != "--debug"])
+    except SystemExit as e:  # --help (0) or a usage error already printed as one line (2)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
     args.debug = debug
     if args.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         return fail(f"--log-level {args.log_level!r} is not a level", "use DEBUG, INFO, WARNING, ERROR or CRITICAL")

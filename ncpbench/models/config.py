@@ -266,8 +266,13 @@ def resolve_run_config(
         roles[role] = merged
     top = {k: v for k, v in file_data.items() if k not in ROLES}
     top.update({k: v for k, v in (extra or {}).items() if v is not None})
+    built: dict[str, RoleConfig] = {}
+    for r in ROLES:
+        try:
+            built[r] = RoleConfig(**roles[r])
+        except ValidationError as e:
+            raise _field_error(e, f"{r}.") from None
     try:
-        built = {r: RoleConfig(**roles[r]) for r in ROLES}
         config = RunConfig(**built, profile=profile, **top)
     except ValidationError as e:
         raise _field_error(e, "") from None
