@@ -75,7 +75,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("genre-typo", ["run", "--envs", "genre:horor", "--out", "{out}", *MOCK], "(did you mean horror?)"),
     ("envs-twice", ["run", "--envs", "alien,alien", "--out", "{out}", *MOCK], "names 'alien' twice"),
     ("batch-without-out", ["run", "--envs", "all", *MOCK], "needs a SLUG or a batch"),
-    ("profile", single("--profile", "paper") + ["--narrator-top-p", "1.5"], "--narrator-top-p 1.5"),
+    ("profile", single("--profile", "paper", "--narrator-top-p", "1.5"), "--narrator-top-p 1.5"),
 ]
 
 
