@@ -179,6 +179,10 @@ def write_jsonl(rows: Iterable[BaseModel], path: Path) -> None:
             f.write(jsonl_line(row.model_dump(mode="json"), sort_keys=True))
 
 
+_RECORD_KEYS = ("env_id", "title", "genres", "turns", "max_turns", "progress", "satisfied_share", "final_state")
+"""The required fields of an EpisodeRecord (the report validates the whole record on top)."""
+
+
 def episode_line(data: dict[str, Any]) -> str | None:
     """`accept` test for episodes.jsonl, shared by the runner and the report reader."""
     from ncpbench.state import Outcome
@@ -187,4 +191,7 @@ def episode_line(data: dict[str, Any]) -> str | None:
         return "no episode_id"
     if data.get("outcome") not in {o.value for o in Outcome}:
         return "no valid outcome"
+    missing = [k for k in _RECORD_KEYS if k not in data]
+    if missing:
+        return f"not an episode record (no {', '.join(missing)})"
     return None

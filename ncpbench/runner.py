@@ -712,12 +712,21 @@ class BatchRunner:
                     if self._over_budget():
                         self.progress.stopped_by_budget = True
                     return
-                await self._episode(task, client, sink)
+                try:
+                    await self._episode(task, client, sink)
+                except OSError as e:  # the folder itself failed: stop every worker between turns
+                    if e.errno not in IO_ERRNOS:
+                        raise
+                    self._io_error = self._io_error or io_failure(self.out, e)
+                    return
 
         n = min(self.concurrency, max(self.progress.total - self.progress.done, 0)) or 1
-        async with asyncio.TaskGroup() as group:
-            for _ in range(n):
-                group.create_task(worker())
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(n):
+                    group.create_task(worker())
+        except BaseExceptionGroup as group_error:  # callers see the first failure itself, not a group
+            raise group_error.exceptions[0] from None
 
     def _over_budget(self) -> bool:
         b = self.budget
