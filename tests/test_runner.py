@@ -129,10 +129,13 @@ def test_token_budget_stops_new_work_and_a_rerun_finishes(tmp_path: Path) -> Non
 
 def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     path = tmp_path / "episodes.jsonl"
-    path.write_text('{"episode_id": "a#0", "outcome": "SURVIVAL"}\n{"episode_id": "b#0", "outc')
+    whole = json.dumps({"episode_id": "a#0", "outcome": "SURVIVAL", "env_id": "a", "title": "A", "genres": [],
+                        "turns": 1, "max_turns": 1, "progress": 0.0, "satisfied_share": 0.0, "final_state": {}})
+    path.write_text(whole + '\n{"episode_id": "b#0", "outc')
     repair_jsonl(path)
-    assert path.read_text() == '{"episode_id": "a#0", "outcome": "SURVIVAL"}\n'
+    assert path.read_text() == whole + "\n"
     assert list(read_records(path)) == ["a#0"]
+    assert (tmp_path / "episodes.jsonl.quarantine").read_text() == '{"episode_id": "b#0", "outc\n', "moved, not lost"
 
 
 def _run_cmd(out: Path, url: str, turns: int) -> list[str]:
