@@ -353,4 +353,5 @@ def test_a_single_run_is_cut_at_its_turn_timeout(tmp_path: Path, capsys: pytest.
     assert code == EXIT_ERRORS and elapsed < 4, "the turn was cut, not waited for"
     record = json.loads((tmp_path / "rec.json").read_text())
     assert record["outcome"] == "ERROR" and record["error"].startswith("TurnTimeout")
+    assert record["config"]["run_identity"]["batch"]["envs"] == ["iron-man"], "a single record is pinned too"
     assert "outcome ERROR" in capsys.readouterr().out

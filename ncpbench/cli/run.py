@@ -209,8 +209,14 @@ async def run_one(slug: str, config: RunConfig, *, turns: int, seed: int, datase
         narrator, player, auditor = build_roles(config, client, salt=f"{slug}|r0")
         env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns)
         on_step = (lambda e, i: print_step(console, e, i)) if console else None
-        record = await play_episode(env, narrator, seed=seed, config=config.public(), on_step=on_step,
-                                    turn_timeout_s=turn_timeout_s)
+        # Pinned like a batch record, so a single record also says exactly what produced it.
+        from ncpbench.dataset import Dataset
+        from ncpbench.runner import BatchSettings, batch_identity
+
+        settings = BatchSettings(envs=[slug], max_turns=turns, seed=seed, dataset=dataset)
+        identity = batch_identity(config, settings, Dataset(root=Path("."), specs={slug: spec}).digest())
+        record = await play_episode(env, narrator, seed=seed, config={**config.public(), "run_identity": identity},
+                                    on_step=on_step, turn_timeout_s=turn_timeout_s)
         return record, client.stats.as_dict()
     finally:
         await client.aclose()
