@@ -10,7 +10,14 @@ Guarantees (docs/RELIABILITY.md lists the test behind each):
 - a record is one line whatever a reader splits on (U+2028, U+2029, U+0085 are escaped too);
 - an episode is finished when its line is in episodes.jsonl: a rerun skips it, and deletes a
   checkpoint left behind by a kill between the append and the delete, so nothing is duplicated;
-- a failure in one episode becomes an ERROR record for that episode and never stops the others.
+- a failure in one episode becomes an ERROR record for that episode and never stops the others,
+  except that N identical infrastructure errors in a row (a revoked key, a dead server) trip the
+  circuit breaker: the batch stops with one message, and those episodes stay pending for a rerun;
+- episodes are planned lazily: memory does not grow with --replicates;
+- the run's identity (package version, protocol, models and sampling, dataset hash, hashes of the
+  rendered prompts and stage schemas) is pinned in run.json and in every record and checkpoint, so
+  a folder refuses a different setup even when run.json was deleted;
+- a full disk or an unwritable file stops the run (RunIOError) and leaves it resumable.
 """
 
 from __future__ import annotations
@@ -24,22 +31,23 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
 from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
-from ncpbench.jsonl import iter_jsonl, jsonl_line
+from ncpbench.jsonl import episode_line, iter_jsonl, jsonl_line
+from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import RunConfig
+from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
 from ncpbench.protocols import Narrator
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
@@ -52,6 +60,22 @@ class RunError(RuntimeError):
     """A run folder that cannot be used as asked (locked, or holding a different run)."""
 
 
+class RunIOError(RuntimeError):
+    """The run folder cannot be written (disk full, permission, read-only); the run is resumable."""
+
+
+IO_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG})
+"""Errors of the run folder itself: they stop the run instead of becoming ERROR records."""
+
+
+def io_failure(path: Path, e: OSError) -> RunIOError:
+    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EROFS: "the file system is read-only", errno.EFBIG: "a file is too large"}.get(
+        e.errno or 0, "permission denied")
+    return RunIOError(f"cannot write to {path}: {what} ({os.strerror(e.errno or 0)}); free space or fix the "
+                      "permissions, then rerun the same command to resume")
+
+
 class BatchSettings(BaseModel):
     """What a batch covers; a rerun into the same folder must ask for the same thing."""
 
@@ -59,8 +83,8 @@ class BatchSettings(BaseModel):
 
     envs: list[str]
     """Environment keys, in run order."""
-    replicates: int = 1
-    max_turns: int = 100
+    replicates: int = Field(default=1, ge=1)
+    max_turns: int = Field(default=100, ge=1)
     seed: int = 0
     shard: tuple[int, int] | None = None
     """(i, n): this runner takes the episodes whose index % n == i."""
@@ -106,6 +130,8 @@ class Progress:
     tokens: int = 0
     by_model: dict[str, tuple[int, int]] = field(default_factory=dict)
     stopped_by_budget: bool = False
+    stopped_by_breaker: str | None = None
+    """The repeated infrastructure error that tripped the circuit breaker, if it did."""
 
     def add_usage(self, model: str, prompt: int, completion: int) -> None:
         p, c = self.by_model.get(model, (0, 0))
@@ -161,23 +187,13 @@ def remove_stale_temp_files(folder: Path) -> None:
 
 
 def repair_jsonl(path: Path) -> None:
-    """Cut a torn final line (a kill mid-append) so the next append starts on a fresh line."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    keep = data[: data.rfind(b"\n") + 1]
-    with path.open("r+b") as f:
-        f.truncate(len(keep))
-        f.flush()
-        os.fsync(f.fileno())
-    log.warning("torn_line_removed", file=str(path), bytes=len(data) - len(keep))
+    """Move torn and damaged lines to `episodes.jsonl.quarantine` (see ncpbench.jsonl), with a warning."""
+    _repair_jsonl(path, accept=episode_line)
 
 
 def read_records(path: Path) -> dict[str, dict[str, Any]]:
-    """episode_id -> record data; the last line per id wins; unparsable lines are skipped."""
-    return {d["episode_id"]: d for d in iter_jsonl(path) if d.get("episode_id")}
+    """episode_id -> record data; the last line per id wins; lines the report would skip are skipped."""
+    return {d["episode_id"]: d for d in iter_jsonl(path, accept=episode_line)}
 
 
 def append_line(handle: TextIO, data: dict[str, Any]) -> None:
@@ -211,21 +227,41 @@ def run_lock(folder: Path) -> Iterator[None]:
 # -- planning ---------------------------------------------------------------------------------------
 
 
+class UnknownEnvError(ConfigError, KeyError):
+    """An environment slug or genre that the dataset does not have (a KeyError, as the dataset raises)."""
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.fix}"
+
+
+def unknown_env(slug: str, known: list[str]) -> UnknownEnvError:
+    return UnknownEnvError(f"no environment {slug!r}{did_you_mean(slug, known)}",
+                           "see `ncpbench list` for the slugs, or --envs all")
+
+
 def select_envs(dataset: Dataset, selector: str | list[str]) -> list[str]:
-    """`all`, `SLUG,SLUG`, or `genre:GENRE` (case-insensitive)."""
+    """`all`, `SLUG,SLUG`, or `genre:GENRE` (case-insensitive); unknown names get a did-you-mean."""
     if isinstance(selector, list):
         keys = selector
-    elif selector == "all":
+    elif selector.strip() == "all":
         keys = list(dataset.specs)
     elif selector.startswith("genre:"):
         genre = selector.split(":", 1)[1].strip().lower()
         keys = [k for k, s in dataset.specs.items() if genre in {g.lower() for g in s.meta.genres}]
         if not keys:
-            raise KeyError(f"no environment has genre {genre!r}")
+            genres = sorted({g.lower() for s in dataset.specs.values() for g in s.meta.genres})
+            raise UnknownEnvError(f"no environment has genre {genre!r}{did_you_mean(genre, genres)}",
+                                  f"genres: {', '.join(genres)}")
     else:
         keys = [k.strip() for k in selector.split(",") if k.strip()]
+    if not keys:
+        raise UnknownEnvError(f"--envs {selector!r} names no environment", "give all, SLUG,SLUG or genre:GENRE")
     for k in keys:
-        dataset[k]  # raises a clear KeyError for unknown slugs
+        if k not in dataset.specs:
+            raise unknown_env(k, list(dataset.specs))
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise UnknownEnvError(f"--envs names {dup!r} twice", "list each environment once (use --replicates for more)")
     return keys
 
 
@@ -234,25 +270,178 @@ def episode_seed(base: int, env_id: str, replicate: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def plan(settings: BatchSettings) -> list[EpisodeTask]:
-    tasks = [EpisodeTask(f"{env}#{r}", env, r, episode_seed(settings.seed, env, r))
-             for env in settings.envs for r in range(settings.replicates)]
-    if settings.shard:
-        i, n = settings.shard
-        tasks = [t for k, t in enumerate(tasks) if k % n == i]
-    return tasks
+def plan(settings: BatchSettings) -> Iterator[EpisodeTask]:
+    """The episodes of a batch, lazily (a billion replicates cost no memory), in run order."""
+    i, n = settings.shard or (0, 1)
+    k = 0
+    for env in settings.envs:
+        for r in range(settings.replicates):
+            if k % n == i:
+                yield EpisodeTask(f"{env}#{r}", env, r, episode_seed(settings.seed, env, r))
+            k += 1
 
 
-def prompt_hashes() -> dict[str, str]:
-    """Hashes of every prompt text, so a result names the exact prompts that produced it."""
-    from ncpbench.agents import prompts as agent_prompts
-    from ncpbench.auditors import prompts as auditor_prompts
+def planned_count(settings: BatchSettings) -> int:
+    """How many episodes `plan` yields, without iterating it."""
+    total = len(settings.envs) * settings.replicates
+    if not settings.shard:
+        return total
+    i, n = settings.shard
+    return total // n + (1 if i < total % n else 0)
 
-    out = {}
-    for module in (agent_prompts, auditor_prompts):
-        texts = {k: v for k, v in vars(module).items() if k.isupper() and isinstance(v, (str, dict))}
-        out[module.__name__] = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16]
+
+def is_planned(settings: BatchSettings, env_id: str, replicate: int, positions: dict[str, int]) -> bool:
+    """Whether (env_id, replicate) is one of this batch's (and this shard's) episodes."""
+    pos = positions.get(env_id)
+    if pos is None or not 0 <= replicate < settings.replicates:
+        return False
+    i, n = settings.shard or (0, 1)
+    return (pos * settings.replicates + replicate) % n == i
+
+
+PROMPT_FIXTURE_ENV = "iron-man"
+"""The bundled spec the fingerprint episode is played on (any fixed spec would do)."""
+
+
+def _short(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def prompt_hashes(config: RunConfig | None = None) -> dict[str, str]:
+    """Hashes of the prompts and stage schemas exactly as they are sent, one per narrator, player, stage.
+
+    A three-turn fingerprint episode on a fixed spec is played through the real roles (LLMNarrator,
+    LLMPlayer, LLMAuditor) with a client that records every request instead of sending it and
+    answers with the mock server's canned replies (a conflict is planted and overturned, so the
+    double check runs too). Any change to a prompt text, a prompt function, the request layout or a
+    stage schema therefore changes a hash, not only changes to module constants.
+    """
+    config = config or RunConfig()
+    try:
+        calls = asyncio.run(_fingerprint_calls(config)) if not _loop_running() else _in_thread(config)
+    except Exception as e:  # a fingerprint must never stop a run; its failure is itself pinned
+        log.warning("prompt_fingerprint_failed", error=describe_failure(e))
+        return {"unrenderable": _short(describe_failure(e))}
+    grouped: dict[str, list[Any]] = {}
+    for kind, body in calls:
+        grouped.setdefault(kind, []).append(body)
+    return {kind: _short(bodies) for kind, bodies in sorted(grouped.items())}
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _in_thread(config: RunConfig) -> list[tuple[str, Any]]:
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(_fingerprint_calls(config))).result()
+
+
+async def _fingerprint_calls(config: RunConfig) -> list[tuple[str, Any]]:
+    from ncpbench.agents import LLMNarrator, LLMPlayer, ScriptedPlayer
+    from ncpbench.auditors import LLMAuditor
+    from ncpbench.dataset import get_spec
+    from ncpbench.models.client import Completion
+    from ncpbench.models.mock_server import MockConfig, answer_for
+    from ncpbench.verdict import Usage
+
+    mock = MockConfig(conflict_turns=frozenset({2}), overturn_turns=frozenset({2}))
+    calls: list[tuple[str, Any]] = []
+
+    class RecordingClient(ModelClient):
+        async def chat(self, role: Any, messages: Any, *, response_format: dict[str, Any] | None = None,
+                       salt: str = "") -> Completion:
+            body = {"messages": list(messages), "response_format": response_format}
+            who, text = answer_for(body, mock)
+            if who == "auditor" and response_format:
+                who = "auditor:" + str((response_format.get("json_schema") or {}).get("name", "stage"))
+            calls.append((who, body))
+            return Completion(text, Usage(calls=1))
+
+    def fixed(role: Any) -> Any:  # schemas always in the body, whatever the run's structured mode
+        return role.model_copy(update={"structured": "json_schema"})
+
+    client = RecordingClient()
+    narrator = LLMNarrator(client, fixed(config.narrator), salt="fingerprint")
+    player: Any = (ScriptedPlayer() if config.player_mode == "scripted" else
+                   LLMPlayer(client, fixed(config.player), mode=config.player_mode, salt="fingerprint"))
+    auditor = LLMAuditor(client, fixed(config.auditor), salt="fingerprint")
+    env = NarrativeEnv(get_spec(PROMPT_FIXTURE_ENV), player=player, auditor=auditor, max_turns=3)
+    await play_episode(env, narrator, seed=0)
+    if env.error:
+        raise RuntimeError(env.error)
+    return calls
+
+
+SAMPLING_FIELDS = ("model", "temperature", "top_p", "max_tokens", "seed", "structured")
+"""What of a role decides its answers (where the endpoint lives does not)."""
+
+
+def batch_identity(config: RunConfig, settings: BatchSettings, dataset_hash: str,
+                   prompts: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything that makes two sessions the same run; resuming with any difference is refused."""
+    from ncpbench import __version__
+
+    roles = {r: {k: v for k, v in config.role(r).model_dump(mode="json").items() if k in SAMPLING_FIELDS}
+             for r in config.active_roles()}
+    return {
+        "ncpbench_version": __version__,
+        "protocol": {"name": config.protocol, "version": _protocol_version(config.protocol)},
+        "player_mode": config.player_mode,
+        "roles": roles,
+        "mock_roles": config.mock_roles(),
+        "batch": settings.model_dump(mode="json"),
+        "dataset_hash": dataset_hash,
+        "prompt_hashes": prompts if prompts is not None else prompt_hashes(config),
+    }
+
+
+def _protocol_version(name: str) -> int:
+    """The protocol's version where the protocol module names one (the lead's ncpbench.protocol), else 1."""
+    try:
+        import importlib
+
+        module = importlib.import_module("ncpbench.protocol")
+    except ImportError:
+        return 1
+    versions = getattr(module, "VERSIONS", None)
+    if isinstance(versions, dict) and isinstance(versions.get(name), int):
+        return int(versions[name])
+    return 1
+
+
+def identity_hash(identity: dict[str, Any]) -> str:
+    return _short(identity)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    return {prefix: data}
+
+
+def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`field: old -> new` for every field that differs, in a stable order."""
+    a, b = _flatten(old), _flatten(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            out.append(f"{key}: {_show(a.get(key, '<absent>'))} -> {_show(b.get(key, '<absent>'))}")
     return out
+
+
+def _show(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 TRANSPORT_FIELDS = ("base_url", "api_key_env", "timeout_s", "max_retries", "concurrency")
@@ -277,12 +466,25 @@ def _now() -> str:
 
 NarratorFactory = Callable[[EpisodeTask], Narrator]
 
+BREAKER_DEFAULT = 5
+"""Identical infrastructure errors in a row that stop a batch (`--circuit-breaker N`; 0 turns it off)."""
+_BREAKER_KINDS = ("ModelCallError", "MalformedResponse")
+"""Errors of the endpoint itself: the same one again and again means it is down or refusing us."""
+
+
+def _breaker_signature(record: EpisodeRecord) -> str | None:
+    if record.outcome is not Outcome.ERROR or not record.error:
+        return None
+    return record.error if record.error.split(":", 1)[0] in _BREAKER_KINDS else None
+
 
 class BatchRunner:
     def __init__(self, out: Path, config: RunConfig, settings: BatchSettings, *, concurrency: int = 8,
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
-                 turn_timeout_s: float | None = 600.0) -> None:
+                 turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         self.out = out
         self.config = config
         self.settings = settings
@@ -292,50 +494,97 @@ class BatchRunner:
         self.narrator_factory = narrator
         self.on_change = on_change
         self.turn_timeout_s = turn_timeout_s
+        self.breaker = breaker
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
         self.checkpoints = out / "checkpoints"
         self.episodes_path = out / "episodes.jsonl"
+        specs = {k: self.dataset[k] for k in self.settings.envs}
+        self.dataset_hash = Dataset(root=self.dataset.root, specs=specs).digest()
+        self.identity = batch_identity(config, settings, self.dataset_hash)
+        self.record_config = {**config.public(), "run_identity": self.identity}
+        self._streak: list[tuple[EpisodeTask, EpisodeRecord]] = []
+        self._io_error: RunIOError | None = None
 
     # run.json
 
     def _run_json(self) -> dict[str, Any]:
         path = self.out / "run.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        if not path.exists():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RunError(f"{self.out}/run.json is not JSON; move it away and rerun (the records pin the run too)") from None
+        return data if isinstance(data, dict) else {}
+
+    def _existing_identity(self, meta: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """The identity this folder was started with: run.json's, else a record's, else a checkpoint's."""
+        if isinstance(meta.get("identity"), dict):
+            return meta["identity"], "run.json"
+        for data in iter_jsonl(self.episodes_path, accept=episode_line):
+            ident = (data.get("config") or {}).get("run_identity")
+            if isinstance(ident, dict):
+                return ident, "episodes.jsonl"
+        if self.checkpoints.is_dir():
+            for path in sorted(self.checkpoints.glob("*.json")):
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    ident = json.loads(path.read_text(encoding="utf-8")).get("run_identity")
+                    if isinstance(ident, dict):
+                        return ident, f"checkpoints/{path.name}"
+        return None, ""
 
     def _check_same_run(self, existing: dict[str, Any]) -> None:
+        theirs, source = self._existing_identity(existing)
+        if theirs is not None:
+            diffs = identity_differences(theirs, self.identity)
+            if diffs:
+                raise RunError(f"{self.out} holds a different run ({source}): " + "; ".join(diffs[:6])
+                               + ("; ..." if len(diffs) > 6 else "")
+                               + ". Rerun with the same setup to resume, or choose another --out")
+            return
         if not existing:
             return
-        mine = {"batch": self.settings.model_dump(mode="json"), "config": run_identity(self.config.public())}
-        theirs = {"batch": existing.get("batch"), "config": run_identity(existing.get("config") or {})}
-        if json.dumps(mine, sort_keys=True) != json.dumps(theirs, sort_keys=True):
-            raise RunError(f"{self.out} holds a different run (other models, settings or environments); "
-                           "rerun with the same options to resume, or choose another --out")
+        # A folder written before identities were pinned: compare what it recorded.
+        new_config = run_identity(self.config.public())
+        old_config = run_identity(existing.get("config") or {})
+        for added in ("mock_roles", "protocol"):  # fields such folders never had
+            new_config.pop(added, None)
+            old_config.pop(added, None)
+        mine = {"batch": self.settings.model_dump(mode="json"), "config": new_config}
+        old = {"batch": existing.get("batch"), "config": old_config}
+        diffs = identity_differences(old, mine)
+        if diffs:
+            raise RunError(f"{self.out} holds a different run (run.json): " + "; ".join(diffs[:6])
+                           + ". Rerun with the same setup to resume, or choose another --out")
 
     def _write_run_json(self, status: str, started: str, stats: dict[str, int] | None = None) -> None:
-        from ncpbench import __version__
-
         existing = self._run_json()
         sessions = existing.get("sessions", [])
         session = {"started_at": started, "ended_at": None if status == "running" else _now(),
                    "status": status, "call_stats": stats or {}, "finished_episodes": len(self.records)}
+        if self.progress.stopped_by_breaker:
+            session["breaker"] = self.progress.stopped_by_breaker
         if sessions and sessions[-1].get("started_at") == started:
             sessions[-1] = session
         else:
             sessions.append(session)
-        specs = {k: self.dataset[k] for k in self.settings.envs}
         data = {
             "name": self.out.name,
-            "ncpbench_version": __version__,
+            "ncpbench_version": self.identity["ncpbench_version"],
+            "protocol": self.identity["protocol"],
             "config": self.config.public(),
+            "mock_roles": self.config.mock_roles(),
             "batch": self.settings.model_dump(mode="json"),
-            "dataset_hash": Dataset(root=self.dataset.root, specs=specs).digest(),
-            "prompt_hashes": prompt_hashes(),
+            "dataset_hash": self.dataset_hash,
+            "prompt_hashes": self.identity["prompt_hashes"],
+            "identity": self.identity,
+            "identity_hash": identity_hash(self.identity),
             "started_at": existing.get("started_at", started),
             "ended_at": None if status == "running" else _now(),
             "status": status,
-            "episodes_planned": len(plan(self.settings)),
+            "episodes_planned": planned_count(self.settings),
             "sessions": sessions,
         }
         atomic_write(self.out / "run.json", json.dumps(data, indent=2))
@@ -343,82 +592,141 @@ class BatchRunner:
     # checkpoints
 
     def _checkpoint_path(self, task: EpisodeTask) -> Path:
-        safe = task.episode_id.replace("#", "__").replace("/", "_")
+        return self._checkpoint_path_of(task.episode_id)
+
+    def _checkpoint_path_of(self, episode_id: str) -> Path:
+        safe = episode_id.replace("#", "__").replace("/", "_")
         return self.checkpoints / f"{safe}.json"
 
     def _write_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> None:
         data = {"episode_id": task.episode_id, "env_id": task.env_id, "replicate": task.replicate, "seed": task.seed,
-                "written_at": _now(), "snapshot": env.snapshot()}
+                "written_at": _now(), "run_identity": self.identity, "snapshot": env.snapshot()}
         atomic_write(self._checkpoint_path(task), json.dumps(data, ensure_ascii=False))
 
-    def _read_checkpoint(self, task: EpisodeTask) -> dict[str, Any] | None:
+    def _read_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> dict[str, Any] | None:
+        """The snapshot to resume from, or None; a checkpoint of the wrong shape is ignored with a warning."""
         path = self._checkpoint_path(task)
         if not path.exists():
             return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return data["snapshot"]  # type: ignore[no-any-return]
-        except (json.JSONDecodeError, KeyError):
-            log.warning("bad_checkpoint_ignored", file=str(path))
+            snapshot = data["snapshot"]
+            # Try it on the env before play: a bad snapshot restarts the episode instead of
+            # becoming a permanent ERROR record.
+            env.reset(seed=task.seed)
+            env.restore(snapshot)
+            return snapshot  # type: ignore[no-any-return]
+        except Exception as e:  # any shape problem at all: JSON, keys, types, another env's state
+            log.warning("bad_checkpoint_ignored", file=str(path), error=describe_failure(e)[:200])
             return None
 
     # main loop
 
     async def run(self) -> BatchResult:
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise io_failure(self.out, e) if e.errno in IO_ERRNOS else e from None
         with run_lock(self.out):
             self._check_same_run(self._run_json())
-            self.checkpoints.mkdir(exist_ok=True)
-            remove_stale_temp_files(self.out)
-            repair_jsonl(self.episodes_path)
-            done = read_records(self.episodes_path)
-            if self.retry_errors:
-                kept = {k: v for k, v in done.items() if v.get("outcome") != Outcome.ERROR.value}
-                if len(kept) != len(done):
-                    atomic_write(self.episodes_path, "".join(jsonl_line(v) for v in kept.values()))
-                done = kept
-            tasks = plan(self.settings)
-            for t in tasks:  # a kill between append and checkpoint delete leaves a stale checkpoint
-                if t.episode_id in done:
-                    self._checkpoint_path(t).unlink(missing_ok=True)
-            pending = [t for t in tasks if t.episode_id not in done]
-            self.progress.total = len(tasks)
-            self.progress.skipped = self.progress.done = len(tasks) - len(pending)
-            for rec in done.values():
-                if rec.get("outcome") == Outcome.CONFLICT.value:
-                    self.progress.conflicts += 1
-                if rec.get("outcome") == Outcome.ERROR.value:
-                    self.progress.errors += 1
+            try:
+                self.checkpoints.mkdir(exist_ok=True)
+                remove_stale_temp_files(self.out)
+                repair_jsonl(self.episodes_path)
+            except OSError as e:
+                if e.errno in IO_ERRNOS:
+                    raise io_failure(self.out, e) from None
+                raise
+            done: dict[str, str] = {}
+            positions = {env: k for k, env in enumerate(self.settings.envs)}
+            for d in iter_jsonl(self.episodes_path, accept=episode_line):
+                done[d["episode_id"]] = d["outcome"]
+            if self.retry_errors and any(o == Outcome.ERROR.value for o in done.values()):
+                kept = "".join(jsonl_line(d) for d in iter_jsonl(self.episodes_path, accept=episode_line)
+                               if done.get(d["episode_id"]) != Outcome.ERROR.value)
+                atomic_write(self.episodes_path, kept)
+                done = {k: v for k, v in done.items() if v != Outcome.ERROR.value}
+            for episode_id in done:  # a kill between append and checkpoint delete leaves a stale checkpoint
+                self._checkpoint_path_of(episode_id).unlink(missing_ok=True)
+            finished_here = 0
+            for episode_id, outcome in done.items():
+                env_id, _, rep = episode_id.rpartition("#")
+                if not rep.isdigit() or not is_planned(self.settings, env_id, int(rep), positions):
+                    continue
+                finished_here += 1
+                self.progress.conflicts += outcome == Outcome.CONFLICT.value
+                self.progress.errors += outcome == Outcome.ERROR.value
+            self.progress.total = planned_count(self.settings)
+            self.progress.skipped = self.progress.done = finished_here
+            pending = (t for t in plan(self.settings) if t.episode_id not in done)
             started = _now()
-            self._write_run_json("running", started)
+            try:
+                self._write_run_json("running", started)
+            except OSError as e:
+                if e.errno in IO_ERRNOS:
+                    raise io_failure(self.out, e) from None
+                raise
             cache = ResponseCache(self.config.cache_path) if self.config.cache_path else None
             client = ModelClient(cache=cache)
             status = "interrupted"
+            stats: dict[str, int] = {}
+            client_cpu = 0.0
             try:
-                with self.episodes_path.open("a", encoding="utf-8") as sink:
-                    await self._run_all(pending, client, sink)
-                status = "stopped_by_budget" if self.progress.stopped_by_budget else (
-                    "complete" if self.progress.done == self.progress.total else "partial")
+                try:
+                    with self.episodes_path.open("a", encoding="utf-8") as sink:
+                        await self._run_all(pending, client, sink)
+                        if not self.progress.stopped_by_breaker:
+                            self._flush_streak(sink)
+                except OSError as e:
+                    if e.errno in IO_ERRNOS:
+                        self._io_error = io_failure(self.episodes_path, e)
+                    else:
+                        raise
+                if self._io_error is not None:
+                    status = "stopped_by_io_error"
+                    raise self._io_error
+                status = ("stopped_by_breaker" if self.progress.stopped_by_breaker else
+                          "stopped_by_budget" if self.progress.stopped_by_budget else
+                          "complete" if self.progress.done == self.progress.total else "partial")
             finally:
                 stats = client.stats.as_dict()
                 client_cpu = client.stats.client_cpu_s
                 await client.aclose()
                 if cache:
                     cache.close()
-                self._write_run_json(status, started, stats)
+                try:
+                    self._write_run_json(status, started, stats)
+                except OSError as e:  # the disk may still be full: the original error is the one to show
+                    log.warning("run_json_not_updated", error=str(e))
         return BatchResult(self.out, self.progress, self.records, stats, client_cpu)
 
-    async def _run_all(self, pending: list[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
-        gate = asyncio.Semaphore(self.concurrency)
+    def _should_stop(self) -> bool:
+        return self._io_error is not None or self.progress.stopped_by_breaker is not None or self._over_budget()
 
-        async def one(task: EpisodeTask) -> None:
-            async with gate:
-                if self._over_budget():
-                    self.progress.stopped_by_budget = True
+    async def _run_all(self, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
+        tasks = iter(pending)
+
+        async def worker() -> None:
+            for task in tasks:  # one shared lazy iterator: workers take the next episode as they free up
+                if self._should_stop():
+                    if self._over_budget():
+                        self.progress.stopped_by_budget = True
                     return
-                await self._episode(task, client, sink)
+                try:
+                    await self._episode(task, client, sink)
+                except OSError as e:  # the folder itself failed: stop every worker between turns
+                    if e.errno not in IO_ERRNOS:
+                        raise
+                    self._io_error = self._io_error or io_failure(self.out, e)
+                    return
 
-        await asyncio.gather(*(one(t) for t in pending))
+        n = min(self.concurrency, max(self.progress.total - self.progress.done, 0)) or 1
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(n):
+                    group.create_task(worker())
+        except BaseExceptionGroup as group_error:  # callers see the first failure itself, not a group
+            raise group_error.exceptions[0] from None
 
     def _over_budget(self) -> bool:
         b = self.budget
@@ -449,28 +757,59 @@ class BatchRunner:
             if self.narrator_factory is not None:
                 narrator = self.narrator_factory(task)
             env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns)
-            resume = self._read_checkpoint(task)
+            resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:
                 self._count_turn(e)
-                if not e.state.done:
-                    self._write_checkpoint(task, e)
+                if not e.state.done and self._io_error is None:
+                    try:
+                        self._write_checkpoint(task, e)
+                    except OSError as err:  # stop between turns; never turn a full disk into an ERROR record
+                        if err.errno not in IO_ERRNOS:
+                            raise
+                        self._io_error = io_failure(self._checkpoint_path(task), err)
 
             record: EpisodeRecord | None = await play_episode(
-                env, narrator, seed=task.seed, replicate=task.replicate, config=self.config.public(),
-                on_step=on_step, resume=resume, stop=self._over_budget, turn_timeout_s=self.turn_timeout_s)
+                env, narrator, seed=task.seed, replicate=task.replicate, config=self.record_config,
+                on_step=on_step, resume=resume, stop=self._should_stop, turn_timeout_s=self.turn_timeout_s)
         except EpisodeInterrupted:
             record = None
         except Exception as e:  # building the episode failed: still an ERROR record, never a crash
             if env is None:
                 raise RunError(describe_failure(e)) from e
             env.fail(describe_failure(e))
-            record = env.record(replicate=task.replicate, config=self.config.public())
+            record = env.record(replicate=task.replicate, config=self.record_config)
         finally:
             self.progress.alive -= 1
-        if record is None:  # stopped between turns by the budget: the checkpoint stays for a rerun
-            self.progress.stopped_by_budget = True
+        if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
+            if self._over_budget():
+                self.progress.stopped_by_budget = True
             return
+        if self._io_error is not None and record.outcome is Outcome.ERROR:
+            return  # the failure may be the disk's; the checkpoint stays and a rerun retries it
+        signature = _breaker_signature(record)
+        if self.breaker > 0 and signature is not None:
+            if self._streak and _breaker_signature(self._streak[0][1]) != signature:
+                self._flush_streak(sink)
+            if self.progress.stopped_by_breaker:
+                return  # more of the same after the trip: left pending with the others
+            # Hold the record: if this error keeps repeating it is the endpoint, not the episode,
+            # and the held episodes stay pending instead of becoming N identical ERROR records.
+            self._streak.append((task, record))
+            if len(self._streak) >= self.breaker:
+                self.progress.stopped_by_breaker = signature
+                log.error("circuit_breaker_tripped", error=signature, episodes=len(self._streak))
+                self._streak.clear()
+            return
+        self._flush_streak(sink)
+        self._commit(task, record, sink)
+
+    def _flush_streak(self, sink: TextIO) -> None:
+        held, self._streak = self._streak, []
+        for task, record in held:
+            self._commit(task, record, sink)
+
+    def _commit(self, task: EpisodeTask, record: EpisodeRecord, sink: TextIO) -> None:
         append_line(sink, record.model_dump(mode="json"))
         self._checkpoint_path(task).unlink(missing_ok=True)
         self.records.append(record)
@@ -499,14 +838,20 @@ async def run_batch(
     narrator: NarratorFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
     turn_timeout_s: float | None = 600.0,
+    breaker: int = BREAKER_DEFAULT,
 ) -> BatchResult:
-    """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped."""
+    """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped.
+
+    Raises RunError when the folder is in use or holds a different run, RunIOError when it cannot
+    be written, ValueError for settings out of range (e.g. replicates or max_turns below 1).
+    """
     ds = load(dataset)
     settings = BatchSettings(envs=select_envs(ds, envs), replicates=replicates, max_turns=max_turns, seed=seed,
                              shard=shard, dataset=dataset)
     runner = BatchRunner(Path(out), config or RunConfig(), settings, concurrency=concurrency,
                          budget=Budget(max_total_tokens, max_cost_usd, prices or {}), retry_errors=retry_errors,
-                         narrator=narrator, on_change=on_change, dataset=ds, turn_timeout_s=turn_timeout_s)
+                         narrator=narrator, on_change=on_change, dataset=ds, turn_timeout_s=turn_timeout_s,
+                         breaker=breaker)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),
@@ -539,7 +884,7 @@ def merge_runs(shards: list[Path], out: Path) -> dict[str, Any]:
     with run_lock(out):
         batch = dict(base["batch"])
         batch["shard"] = None
-        planned = len(plan(BatchSettings(**batch)))
+        planned = planned_count(BatchSettings(**batch))
         merged = {**base, "batch": batch, "name": out.name, "merged_from": [str(s) for s in shards],
                   "status": "complete" if len(records) == planned else "partial", "episodes_planned": planned,
                   "sessions": [sess for m in metas for sess in m.get("sessions", [])]}

@@ -419,7 +419,9 @@ def test_cli_generates_runs_and_rescores(tmp_path: Path, capsys: pytest.CaptureF
     assert "false alarms on clean controls 0.0% (0/4)" in out and "reports rewritten" in out
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
         "cases.jsonl", "report.html", "report.md", "results.jsonl", "run.json", "scores.json"]
-    assert run("--cases", "9", "--out", str(tmp_path / "x")) == 2  # no auditor named
+    from ncpbench.cli import main
+
+    assert main(["audit-eval", "--cases", "9", "--out", str(tmp_path / "x")]) == 2  # no auditor named
 
 
 def test_local_auditor_waits_long_instead_of_retrying_unless_told_otherwise() -> None:

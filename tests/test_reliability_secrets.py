@@ -75,7 +75,8 @@ def test_api_keys_appear_in_no_artifact_of_a_batch_with_debug_logs(tmp_path: Pat
         checkpoints = list((out / "checkpoints").glob("*.json"))
         early_leaks = leaks(out, list(keys.values()))
         finished = run_cli(args, env)
-    assert stopped.returncode == 0 and finished.returncode == 0, stopped.stderr[-2000:] + finished.stderr[-2000:]
+    # exit 5: stopped by the budget; then 0, or 4 when the 30% faults left an episode as ERROR
+    assert stopped.returncode == 5 and finished.returncode in (0, 4), stopped.stderr[-2000:] + finished.stderr[-2000:]
     assert checkpoints, "the budget stop left checkpoints to inspect"
     assert "model_call" in finished.stderr, "DEBUG logs were on"
     assert (out / "episodes.jsonl").read_text().count("\n") == 3

@@ -130,14 +130,19 @@ def test_last_line_wins_and_an_incomplete_final_line_is_skipped(tmp_path: Path, 
     assert run.model("narrator") == "mock/steady" and run.player_mode == "scripted" and run.name == "r"
 
 
-def test_a_damaged_line_before_the_end_is_an_error(tmp_path: Path, records: list[EpisodeRecord]) -> None:
+def test_a_damaged_line_is_skipped_with_a_note_and_an_error_in_strict_mode(tmp_path: Path,
+                                                                          records: list[EpisodeRecord]) -> None:
     path = tmp_path / "episodes.jsonl"
-    path.write_text("{not json\n" + json.dumps(records[0].model_dump(mode="json")) + "\n")
+    good = json.dumps(records[0].model_dump(mode="json"))
+    path.write_text("{not json\n" + good + "\n")
     with pytest.raises(RunFormatError, match=":1: not JSON"):
-        read_episodes(path)
-    path.write_text(json.dumps({"env_id": "x"}) + "\n" + json.dumps(records[0].model_dump(mode="json")) + "\n")
+        read_episodes(path, strict=True)
+    kept, notes = read_episodes(path)
+    assert [r.episode_id for r in kept] == ["tiny#0"] and any("damaged line 1" in n for n in notes)
+    path.write_text(json.dumps({"env_id": "x"}) + "\n" + good + "\n")
     with pytest.raises(RunFormatError, match="not an episode record"):
-        read_episodes(path)
+        read_episodes(path, strict=True)
+    assert [r.episode_id for r in read_episodes(path)[0]] == ["tiny#0"]
     with pytest.raises(RunFormatError, match=r"no episodes\.jsonl"):
         load_run(tmp_path / "nothing")
 
@@ -186,6 +191,8 @@ def test_comparison_csv_has_one_row_per_run_with_models_and_intervals(report: Pa
 
 def test_markdown_tables_escape_pipes_and_show_intervals(report: Path) -> None:
     md = (report.parent / "comparison.md").read_text()
+    banner, md = md.split("\n\n", 1)  # the fixture runs use mock/ models, so the report says so first
+    assert banner.startswith("**mock models: not a benchmark result**")
     assert md.startswith("## Run comparison") and "mock/<b>shaky</b>\\|pipe" in md
     assert "3.40 [" in md and "survival@5" in md and "RMST (≤5 turns)" in md
     header = md.splitlines()[2]

@@ -39,7 +39,8 @@ def test_batch_writes_run_json_episodes_and_no_leftover_checkpoints(tmp_path: Pa
     meta = json.loads((tmp_path / "r" / "run.json").read_text())
     assert meta["status"] == "complete" and meta["batch"]["replicates"] == 2
     assert meta["config"]["narrator"]["model"] == "mock/default" and len(meta["dataset_hash"]) == 16
-    assert set(meta["prompt_hashes"]) == {"ncpbench.agents.prompts", "ncpbench.auditors.prompts"}
+    assert {"narrator", "player", "auditor:fact_update", "auditor:conflict_check", "auditor:double_check",
+            "auditor:trajectory_check", "auditor:commitment_status"} <= set(meta["prompt_hashes"])
     assert meta["sessions"][0]["call_stats"]["calls"] == result.call_stats["calls"] > 0
     assert list((tmp_path / "r" / "checkpoints").iterdir()) == []
 
@@ -128,10 +129,13 @@ def test_token_budget_stops_new_work_and_a_rerun_finishes(tmp_path: Path) -> Non
 
 def test_a_torn_last_line_is_cut_before_appending(tmp_path: Path) -> None:
     path = tmp_path / "episodes.jsonl"
-    path.write_text('{"episode_id": "a#0", "outcome": "SURVIVAL"}\n{"episode_id": "b#0", "outc')
+    whole = json.dumps({"episode_id": "a#0", "outcome": "SURVIVAL", "env_id": "a", "title": "A", "genres": [],
+                        "turns": 1, "max_turns": 1, "progress": 0.0, "satisfied_share": 0.0, "final_state": {}})
+    path.write_text(whole + '\n{"episode_id": "b#0", "outc')
     repair_jsonl(path)
-    assert path.read_text() == '{"episode_id": "a#0", "outcome": "SURVIVAL"}\n'
+    assert path.read_text() == whole + "\n"
     assert list(read_records(path)) == ["a#0"]
+    assert (tmp_path / "episodes.jsonl.quarantine").read_text() == '{"episode_id": "b#0", "outc\n', "moved, not lost"
 
 
 def _run_cmd(out: Path, url: str, turns: int) -> list[str]:

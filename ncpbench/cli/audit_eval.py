@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import Any
 
 from ncpbench import __version__
@@ -14,7 +13,15 @@ from ncpbench.auditeval.cases import AuditCase, dump_cases
 from ncpbench.auditeval.evaluate import CaseResult
 from ncpbench.auditeval.scoring import Scores
 from ncpbench.dataset import load
-from ncpbench.models.config import PROFILES, RoleConfig, resolve_run_config
+from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config
+from ncpbench.preflight import (
+    EXIT_USAGE,
+    PreflightError,
+    check_number,
+    check_out,
+    check_roles,
+    probe_endpoints,
+)
 from ncpbench.spec import Spec
 
 AUDITOR_FLAGS: dict[str, Any] = {"base-url": str, "api-key-env": str, "temperature": float, "top-p": float,
@@ -39,6 +46,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--profile", default="default", choices=sorted(PROFILES), help="sampling defaults")
     p.add_argument("--config", help="run config file (YAML or JSON); only its auditor section is used")
     p.add_argument("--cache", help="SQLite response cache path (opt-in; replays a run exactly)")
+    p.add_argument("--mock", action="store_true", help="a dry run: without --auditor, use mock/default")
+    p.add_argument("--skip-preflight", action="store_true", help="do not probe the auditor's endpoint first")
     p.add_argument("--envs", default="all", help="all (default) or a comma-separated list of slugs")
     p.add_argument("--dataset", help="spec folder (default: bundled)")
     p.add_argument("--cases", type=int, default=DEFAULT_CASES,
@@ -55,17 +64,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def select_specs(envs: str, dataset: str | None) -> list[Spec]:
+    from ncpbench.runner import select_envs
+
     ds = load(dataset)
     if envs.strip().lower() in ("", "all"):
         return list(ds)
-    return [ds[slug.strip()] for slug in envs.split(",") if slug.strip()]
+    return [ds[k] for k in select_envs(ds, envs)]
 
 
 def auditor_role(args: argparse.Namespace) -> RoleConfig:
     values: dict[str, Any] = {"model": args.auditor}
     for flag in AUDITOR_FLAGS:
         values[_FIELD.get(flag, flag)] = getattr(args, f"auditor_{flag.replace('-', '_')}")
-    config = resolve_run_config({"auditor": values}, config_file=args.config, profile=args.profile)
+    config = resolve_run_config({"auditor": values}, config_file=args.config, profile=args.profile,
+                                require=("auditor",), mock_default=bool(getattr(args, "mock", False)))
     role = config.auditor
     if role.provider == "local" and args.auditor_timeout is None:
         # One CPU-bound llama.cpp slot: stage calls queue behind each other, and a retried timeout only
@@ -90,15 +102,19 @@ def headline(scores: Scores) -> list[str]:
 
 
 def cmd_audit_eval(args: argparse.Namespace) -> int:
-    out = Path(args.out)
+    out = check_out(args.out, "folder")
+    check_number("--cases", args.cases, ge=1)
+    check_number("--concurrency", args.concurrency, ge=1, fix="give --concurrency at least 1 (0 would wait forever)")
+    check_number("--bootstrap", args.bootstrap, ge=1)
+    for flag, bounds in (("temperature", {"ge": 0.0, "le": 2.0}), ("top-p", {"gt": 0.0, "le": 1.0}),
+                         ("max-tokens", {"ge": 1}), ("timeout", {"gt": 0.0})):
+        check_number(f"--auditor-{flag}", getattr(args, f"auditor_{flag.replace('-', '_')}"),
+                     ge=bounds.get("ge"), gt=bounds.get("gt"), le=bounds.get("le"))
     if args.report_only:
         scores = rescore(out, bootstrap_rounds=args.bootstrap)
         print("\n".join(headline(scores)))
         print(f"reports rewritten in {out}")
         return 0
-    if args.cases < 1:
-        print("ncpbench: --cases must be at least 1", file=sys.stderr)
-        return 2
     specs = select_specs(args.envs, args.dataset)
     if args.generate_only:
         out.mkdir(parents=True, exist_ok=True)
@@ -107,10 +123,14 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases from {len({c.env_id for c in cases})} environments written to "
               f"{out / 'cases.jsonl'}")
         return 0
-    if not args.auditor and not args.config:
-        print("ncpbench: name the auditor under test with --auditor MODEL (or --config)", file=sys.stderr)
-        return 2
+    if not args.auditor and not args.config and not args.mock:
+        raise PreflightError("no auditor given", "name the auditor under test with --auditor provider/model "
+                             "(or --config, or --mock for a dry run)", EXIT_USAGE)
     role = auditor_role(args)
+    only_auditor = RunConfig(auditor=role, player_mode="scripted", narrator=role)
+    check_roles(only_auditor)
+    if not args.skip_preflight:
+        probe_endpoints(only_auditor)
     from ncpbench.auditors import LLMAuditor
     from ncpbench.cli.run import LOCAL_NOTE
     from ncpbench.models.cache import ResponseCache

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
-from ncpbench.models.config import load_config_file
+from ncpbench.models.config import ConfigError, load_config_file
+from ncpbench.preflight import (
+    EXIT_BREAKER,
+    EXIT_BUDGET,
+    EXIT_ERRORS,
+    EXIT_OK,
+    EXIT_REFUSED,
+    PreflightError,
+    check_number,
+    check_out,
+)
 from ncpbench.runner import BatchResult, Budget, Progress, RunError, merge_runs, run_batch
 
 
@@ -21,9 +31,9 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     try:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
-        raise SystemExit(f"ncpbench: --shard takes i/n, e.g. 0/4 (got {text!r})") from None
+        raise PreflightError(f"--shard {text!r} is not i/n", "write --shard i/n, e.g. 0/4") from None
     if not 0 <= i < n:
-        raise SystemExit(f"ncpbench: --shard {text}: need 0 <= i < n")
+        raise PreflightError(f"--shard {text} is out of range", "need 0 <= i < n, e.g. 0/4 … 3/4")
     return i, n
 
 
@@ -31,7 +41,26 @@ def _prices(path: str | None) -> dict[str, tuple[float, float]]:
     if not path:
         return {}
     data = load_config_file(path)
-    return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
+    out: dict[str, tuple[float, float]] = {}
+    for k, v in data.items():
+        try:
+            p_in, p_out = float(v[0]), float(v[1])
+        except (TypeError, ValueError, IndexError, KeyError):
+            raise ConfigError(f"--prices {path}: {k} is not [usd_per_1M_prompt, usd_per_1M_completion]",
+                              f"write `{k}: [0.15, 0.60]`") from None
+        if p_in < 0 or p_out < 0:
+            raise ConfigError(f"--prices {path}: {k} has a negative price", "prices are USD per 1M tokens, 0 or more")
+        out[str(k)] = (p_in, p_out)
+    return out
+
+
+def check_batch_options(args: argparse.Namespace) -> None:
+    """Every numeric batch option in range, before anything is created."""
+    check_number("--replicates", args.replicates, ge=1, fix="give --replicates a count of at least 1")
+    check_number("--concurrency", args.concurrency, ge=1, fix="give --concurrency at least 1 (0 would wait forever)")
+    check_number("--max-total-tokens", args.max_total_tokens, ge=1)
+    check_number("--max-cost", args.max_cost, gt=0)
+    check_number("--circuit-breaker", args.circuit_breaker, ge=0, fix="give --circuit-breaker N >= 1, or 0 to turn it off")
 
 
 def progress_table(p: Progress, budget: Budget) -> Table:
@@ -47,16 +76,33 @@ def progress_table(p: Progress, budget: Budget) -> Table:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from ncpbench.cli.run import config_from_args, local_note
+    from ncpbench.cli.run import (
+        check_common,
+        config_from_args,
+        local_note,
+        mock_note,
+        preflight_roles,
+        run_stoppable,
+    )
+    from ncpbench.dataset import load
+    from ncpbench.runner import select_envs
 
+    # Preflight, in order of cost: numbers, config and roles, environments, the folder, the endpoints.
+    check_common(args)
+    check_batch_options(args)
+    shard = _shard(args.shard)
     config = config_from_args(args)
     budget = Budget(args.max_total_tokens, args.max_cost, _prices(args.prices))
     if args.max_cost is not None and not budget.prices:
-        raise SystemExit("ncpbench: --max-cost needs --prices")
+        raise PreflightError("--max-cost needs prices", "pass --prices prices.yaml ({MODEL: [usd_in, usd_out]})")
+    select_envs(load(args.dataset), args.envs)
+    check_out(args.out, "folder")
+    preflight_roles(args, config)
+
     console = Console(stderr=True, highlight=False)
-    note = local_note(config)
-    if note:
-        console.print(f"[yellow]{note}[/]")
+    for note in (local_note(config), mock_note(config)):
+        if note:
+            console.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
     show = not args.no_progress and not args.quiet and sys.stderr.isatty()
     live = Live(console=console, refresh_per_second=4, transient=False) if show else None
 
@@ -66,27 +112,38 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     async def go() -> BatchResult:
         return await run_batch(args.out, config, envs=args.envs, replicates=args.replicates,
-                               max_turns=args.turns or 100, concurrency=args.concurrency, seed=args.seed,
-                               shard=_shard(args.shard), dataset=args.dataset, retry_errors=args.retry_errors,
+                               max_turns=100 if args.turns is None else args.turns, concurrency=args.concurrency,
+                               seed=args.seed, shard=shard, dataset=args.dataset, retry_errors=args.retry_errors,
                                max_total_tokens=args.max_total_tokens, max_cost_usd=args.max_cost,
-                               prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout)
+                               prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout,
+                               breaker=args.circuit_breaker)
 
-    try:
-        if live is not None:
-            with live:
-                result = asyncio.run(go())
-        else:
-            result = asyncio.run(go())
-    except RunError as e:
-        print(f"ncpbench: {e}", file=sys.stderr)
-        return 3
+    if live is not None:
+        with live:
+            result = run_stoppable(go())
+    else:
+        result = run_stoppable(go())
     p = result.progress
-    console.print(progress_table(p, budget))
+    if show:
+        console.print(progress_table(p, budget))
+    if p.stopped_by_breaker:
+        print(f"ncpbench: stopped: {args.circuit_breaker} episodes in a row failed with the same infrastructure "
+              f"error ({p.stopped_by_breaker}): fix the endpoint or its key, then rerun the same command to resume "
+              "(those episodes were not recorded)", file=sys.stderr)
+        return EXIT_BREAKER
     state = "stopped by the budget" if p.stopped_by_budget else ("complete" if p.done == p.total else "partial")
     print(f"{result.out}: {p.done}/{p.total} episodes ({state}); {len(result.records)} finished now; "
           f"{p.conflicts} conflicts, {p.errors} errors; calls {result.call_stats.get('calls', 0)}, "
           f"retried {result.call_stats.get('retried', 0)}, failed {result.call_stats.get('failed', 0)}")
-    return 0
+    if p.stopped_by_budget:
+        print("ncpbench: stopped by the budget: rerun without --max-total-tokens / --max-cost to finish",
+              file=sys.stderr)
+        return EXIT_BUDGET
+    if p.errors:
+        print(f"ncpbench: {p.errors} episode(s) ended as ERROR (infrastructure; not scored): "
+              "rerun with --retry-errors to retry them", file=sys.stderr)
+        return EXIT_ERRORS
+    return EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,6 +158,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
         merged = merge_runs([Path(s) for s in args.shards], Path(args.out))
     except RunError as e:
         print(f"ncpbench: {e}", file=sys.stderr)
-        return 3
+        return EXIT_REFUSED
     print(f"{args.out}: merged {len(args.shards)} shards; status {merged['status']}")
     return 0

@@ -18,7 +18,8 @@ from pathlib import Path
 from ncpbench.builder import REPAIR_ROUNDS, SLUG, BuildResult, SpecBuilder, draft_yaml
 from ncpbench.dataset import index_entries
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import RoleConfig
+from ncpbench.models.config import RoleConfig, RunConfig, check_model_string
+from ncpbench.preflight import check_number, check_roles, probe_endpoints, single_role_flag
 from ncpbench.spec import dump_yaml
 
 MAX_SYNOPSIS_BYTES = 100_000
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"rounds per stage that send validator findings back to the model (default {REPAIR_ROUNDS})")
     p.add_argument("--keep-draft", action="store_true", help="on failure, write SLUG.draft.yaml beside --out")
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--skip-preflight", action="store_true", help="do not probe the model's endpoint first")
     p.set_defaults(func=cmd_build)
 
 
@@ -93,14 +95,21 @@ def cmd_build(args: argparse.Namespace) -> int:
         return _fail(f"--out must be SLUG.yaml with a slug of lowercase words joined by -, got {args.out!r}")
     if out.exists() and not args.force:
         return _fail(f"{out} exists; pass --force to overwrite it")
-    if args.repair_rounds < 0:
-        return _fail("--repair-rounds must be 0 or more")
+    check_number("--repair-rounds", args.repair_rounds, ge=0)
+    check_number("--temperature", args.temperature, ge=0, le=2)
+    check_number("--max-tokens", args.max_tokens, ge=1)
     try:
         synopsis = _read_synopsis(Path(args.synopsis_file))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         return _fail(f"cannot use the synopsis: {e}")
+    check_model_string(args.model, "--model")
     role = RoleConfig(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
                       temperature=args.temperature, max_tokens=args.max_tokens, structured=args.structured)
+    # The builder's one role, checked like a run's auditor (flags named --model / --base-url here).
+    as_run = RunConfig(narrator=role, auditor=role, player_mode="scripted")
+    check_roles(as_run, flags=single_role_flag)
+    if not args.skip_preflight:
+        probe_endpoints(as_run, flags=single_role_flag)
     if role.provider == "local":
         print(f"note: {role.model} is a tiny smoke-test model; it rarely writes a valid spec. Use a real "
               "endpoint (--model openai/MODEL [--base-url URL]) for environments worth keeping.", file=sys.stderr)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from ncpbench.models.config import did_you_mean
 from ncpbench.models.mock_server import FAULT_KINDS, MockConfig, MockServer
+from ncpbench.preflight import PreflightError, check_number
 
 
 def _turns(text: str) -> frozenset[int]:
-    return frozenset(int(x) for x in text.split(",") if x.strip())
+    try:
+        turns = frozenset(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated turns, e.g. 3,7 (got {text!r})") from None
+    if any(t < 1 for t in turns):
+        raise argparse.ArgumentTypeError("turns start at 1")
+    return turns
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,10 +36,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_mock(args: argparse.Namespace) -> int:
+    check_number("--port", args.port, ge=0, le=65535)
+    check_number("--latency-ms", args.latency_ms, ge=0)
+    check_number("--fault-rate", args.fault_rate, ge=0, le=1, fix="give --fault-rate a share from 0 to 1, e.g. 0.2")
+    check_number("--advance-every", args.advance_every, ge=0)
+    check_number("--hang-s", args.hang_s, ge=0)
     kinds = tuple(k for k in args.fault_kinds.split(",") if k)
-    unknown = set(kinds) - set(FAULT_KINDS)
-    if unknown:
-        raise SystemExit(f"ncpbench: unknown fault kinds {sorted(unknown)}")
+    for k in kinds:
+        if k not in FAULT_KINDS:
+            raise PreflightError(f"unknown fault kind {k!r}{did_you_mean(k, FAULT_KINDS)}",
+                                 f"--fault-kinds takes a subset of {','.join(FAULT_KINDS)}")
     config = MockConfig(latency_ms=args.latency_ms, fault_rate=args.fault_rate, fault_kinds=kinds, seed=args.seed,
                         conflict_turns=args.conflict_turns, conflict_kind=args.conflict_kind,
                         overturn_turns=args.overturn_turns, advance_every=args.advance_every, hang_s=args.hang_s)

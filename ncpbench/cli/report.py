@@ -39,6 +39,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     except (RunFormatError, OSError) as e:
         print(f"ncpbench report: {e}", file=sys.stderr)
         return 2
+    import json
+
+    from ncpbench.reports import MOCK_NOTICE
+
+    metrics = json.loads((index.parent / "metrics.json").read_text(encoding="utf-8"))
+    mocked = [r["name"] for r in metrics.get("runs", []) if not r.get("benchmark_result", True)]
+    if mocked:
+        print(f"note: {MOCK_NOTICE} ({', '.join(mocked)})", file=sys.stderr)
     print(f"wrote {index.parent}/ (index.html, comparison.md/.csv, genres.md/.csv, envs.md/.csv, "
           f"survival.png/.svg, metrics.json)")
     print(f"open {index.resolve().as_uri()}")

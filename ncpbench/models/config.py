@@ -14,6 +14,7 @@ API keys are never stored here: only the *name* of the variable that holds one.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -21,10 +22,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ROLES = ("narrator", "player", "auditor")
 StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
+PROVIDERS = ("openai", "mock", "local")
+PROTOCOLS = ("published", "grounded")
+MOCK_DEFAULT = "mock/default"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used: `what` is wrong, `fix` says how to put it right.
+
+    The CLI prints it as one line, `ncpbench: what: fix`; the Python API raises it as is.
+    """
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(f"{what}: {fix}")
+        self.what = what
+        self.fix = fix
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """` (did you mean X?)` when a choice is close to `word`, else an empty string."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class RoleConfig(BaseModel):
@@ -32,28 +54,28 @@ class RoleConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "mock/default"
+    model: str = MOCK_DEFAULT
     """`provider/model`, e.g. `openai/gpt-4o-mini`, `mock/default`, `local/smollm2-135m`."""
     base_url: str | None = None
     """OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vLLM) or http://localhost:11434/v1 (Ollama)."""
     api_key_env: str | None = None
     """Name of the environment variable holding the API key (default OPENAI_API_KEY for openai/)."""
-    temperature: float | None = None
-    """Sampling temperature (None = the endpoint's default)."""
-    top_p: float | None = None
-    """Nucleus sampling mass (None = the endpoint's default)."""
-    max_tokens: int | None = None
-    """Cap on completion tokens per call."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Sampling temperature, 0 to 2 (None = the endpoint's default)."""
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Nucleus sampling mass, above 0 up to 1 (None = the endpoint's default)."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on completion tokens per call (at least 1)."""
     seed: int | None = None
     """Sampling seed where the backend honours one."""
     structured: StructuredMode = "auto"
     """How JSON is requested: json_schema (OpenAI style), json_object with the schema (llama.cpp), prompt only."""
-    timeout_s: float = 120.0
-    """Per-request timeout; the client retries timeouts."""
-    max_retries: int = 4
+    timeout_s: float = Field(default=120.0, gt=0.0)
+    """Per-request timeout in seconds (above 0); the client retries timeouts."""
+    max_retries: int = Field(default=4, ge=0)
     """Client-level retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets."""
-    concurrency: int = 64
-    """Most requests in flight to this endpoint at once."""
+    concurrency: int = Field(default=64, ge=1)
+    """Most requests in flight to this endpoint at once (at least 1: 0 would wait forever)."""
 
     @property
     def provider(self) -> str:
@@ -68,6 +90,11 @@ class RoleConfig(BaseModel):
             return self.structured
         # llama.cpp's server answers json_schema with HTTP 500 but constrains json_object + schema.
         return "json_object" if self.provider == "local" else "json_schema"
+
+    @property
+    def is_mock(self) -> bool:
+        """The loopback mock answers: a dry run, never a benchmark result."""
+        return self.provider == "mock"
 
     def public(self) -> dict[str, Any]:
         """For records: everything but secrets (the key's variable name is fine, its value never)."""
@@ -85,12 +112,25 @@ class RunConfig(BaseModel):
     profile: str = "default"
     cache_path: str | None = None
     """SQLite response cache (opt-in): a cached run replays exactly."""
+    protocol: str = "published"
+    """The audit protocol: `published` (the paper's stages) or `grounded`; part of a run's identity."""
 
     def role(self, name: str) -> RoleConfig:
         return getattr(self, name)  # type: ignore[no-any-return]
 
+    def active_roles(self) -> tuple[str, ...]:
+        """The roles that call a model (the scripted player calls none)."""
+        return tuple(r for r in ROLES if not (r == "player" and self.player_mode == "scripted"))
+
+    def mock_roles(self) -> list[str]:
+        """Roles answered by the mock server: a run with any of them is not a benchmark result."""
+        return [r for r in self.active_roles() if self.role(r).is_mock]
+
     def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """For records and run.json: the config plus the mock tag (`mock_roles`), no secrets."""
+        data = self.model_dump(mode="json")
+        data["mock_roles"] = self.mock_roles()
+        return data
 
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -107,14 +147,72 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 _ENV_FIELDS = {"MODEL": "model", "BASE_URL": "base_url", "API_KEY_ENV": "api_key_env", "TEMPERATURE": "temperature",
                "TOP_P": "top_p", "MAX_TOKENS": "max_tokens", "SEED": "seed", "STRUCTURED": "structured",
                "TIMEOUT": "timeout_s", "CONCURRENCY": "concurrency"}
+_ROLE_KEYS = tuple(RoleConfig.model_fields)
+_TOP_KEYS = tuple(k for k in RunConfig.model_fields if k not in ROLES)
+MAX_CONFIG_BYTES = 1_000_000
+"""A run config is a few lines; anything this big is the wrong file."""
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    text = Path(path).read_text(encoding="utf-8")
-    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    """A YAML or JSON mapping; every problem is a ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist", "check the path given to --config")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {p} is over {MAX_CONFIG_BYTES} bytes", "a run config is a few lines of YAML")
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {p} is not UTF-8 text", "save it as UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config file {p} is not valid JSON (line {e.lineno}: {e.msg})", "fix the JSON") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(f"config file {p} is not valid YAML{where}: {problem}", "fix the YAML syntax") from None
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a run config must be a mapping of roles to settings")
+        raise ConfigError(f"config file {p} is a {type(data).__name__}, not a mapping",
+                          "write `narrator: {model: ...}`, `auditor: ...`, `player_mode: ...`")
     return data
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    for key, value in data.items():
+        if key in ROLES:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: {key} is not a mapping", f"write `{key}: {{model: provider/model}}`")
+            for sub in value:
+                if sub not in _ROLE_KEYS:
+                    raise ConfigError(f"{source}: unknown key {key}.{sub}{did_you_mean(str(sub), _ROLE_KEYS)}",
+                                      f"known keys: {', '.join(_ROLE_KEYS)}")
+        elif key not in _TOP_KEYS:
+            raise ConfigError(f"{source}: unknown key {key}{did_you_mean(str(key), ROLES + _TOP_KEYS)}",
+                              f"known keys: {', '.join(ROLES + _TOP_KEYS)}")
+
+
+def _field_error(e: ValidationError, where: str) -> ConfigError:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return ConfigError(f"{where}{loc}: {err['msg']} (got {err.get('input')!r})",
+                       "fix the value (flags beat NCPBENCH_* variables, which beat --config)")
+
+
+def check_model_string(model: str, what: str) -> None:
+    """`provider/model` with a known provider; raises ConfigError with a did-you-mean otherwise."""
+    if "/" not in model:
+        raise ConfigError(f"{what} {model!r} has no provider", f"write provider/model, e.g. openai/{model}")
+    provider, name = model.split("/", 1)
+    if provider not in PROVIDERS:
+        raise ConfigError(f"{what} {model!r}: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}",
+                          f"use one of {', '.join(p + '/' for p in PROVIDERS)}")
+    if not name.strip():
+        raise ConfigError(f"{what} {model!r} has no model name", f"write {provider}/MODEL")
 
 
 def resolve_run_config(
@@ -124,22 +222,69 @@ def resolve_run_config(
     config_file: str | Path | None = None,
     profile: str = "default",
     extra: Mapping[str, Any] | None = None,
+    require: tuple[str, ...] | None = None,
+    mock_default: bool = True,
 ) -> RunConfig:
-    """Merge profile < config file < environment < flags into one RunConfig."""
+    """Merge profile < config file < environment < flags into one RunConfig.
+
+    Every problem is a ConfigError naming where the bad value came from. `require` lists roles that
+    must be given a model by a flag, a variable or the file; with `mock_default=False` a required
+    role nobody named is an error instead of silently becoming mock/default.
+    """
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; known: {sorted(PROFILES)}")
+        raise ConfigError(f"unknown profile {profile!r}{did_you_mean(profile, tuple(PROFILES))}",
+                          f"use one of {', '.join(sorted(PROFILES))}")
     env = os.environ if environ is None else environ
     file_data = load_config_file(config_file) if config_file else {}
+    if config_file:
+        _check_keys(file_data, str(config_file))
     roles: dict[str, dict[str, Any]] = {}
+    named: set[str] = set()
     for role in ROLES:
         merged: dict[str, Any] = dict(PROFILES[profile].get(role, {}))
         merged.update(file_data.get(role) or {})
+        if (file_data.get(role) or {}).get("model"):
+            named.add(role)
         for suffix, field in _ENV_FIELDS.items():
-            value = env.get(f"NCPBENCH_{role.upper()}_{suffix}")
-            if value not in (None, ""):
-                merged[field] = value
-        merged.update({k: v for k, v in (flags or {}).get(role, {}).items() if v is not None})
+            var = f"NCPBENCH_{role.upper()}_{suffix}"
+            value = env.get(var)
+            if value in (None, ""):
+                continue
+            try:  # each variable is checked alone, so the message names it
+                RoleConfig.model_validate({field: value})
+            except ValidationError as e:
+                err = e.errors()[0]
+                raise ConfigError(f"{var}={value!r}: {err['msg']}",
+                                  f"fix or unset {var}") from None
+            merged[field] = value
+            if field == "model":
+                named.add(role)
+        given = {k: v for k, v in (flags or {}).get(role, {}).items() if v is not None}
+        if given.get("model"):
+            named.add(role)
+        merged.update(given)
         roles[role] = merged
     top = {k: v for k, v in file_data.items() if k not in ROLES}
     top.update({k: v for k, v in (extra or {}).items() if v is not None})
-    return RunConfig(**{r: RoleConfig(**roles[r]) for r in ROLES}, profile=profile, **top)
+    built: dict[str, RoleConfig] = {}
+    for r in ROLES:
+        try:
+            built[r] = RoleConfig(**roles[r])
+        except ValidationError as e:
+            raise _field_error(e, f"{r}.") from None
+    try:
+        config = RunConfig(**built, profile=profile, **top)
+    except ValidationError as e:
+        raise _field_error(e, "") from None
+    for r in config.active_roles():
+        check_model_string(config.role(r).model, f"--{r}")
+    if config.protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {config.protocol!r}{did_you_mean(config.protocol, PROTOCOLS)}",
+                          f"use one of {', '.join(PROTOCOLS)}")
+    missing = [r for r in (require or ()) if r in config.active_roles() and r not in named]
+    if missing and not mock_default:
+        flags_hint = " ".join(f"--{r} provider/model" for r in missing)
+        extra_hint = " (or --player-mode scripted)" if "player" in missing else ""
+        raise ConfigError(f"no model given for the {', '.join(missing)}",
+                          f"pass {flags_hint}{extra_hint}, or --mock for a dry run against the mock server")
+    return config

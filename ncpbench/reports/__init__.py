@@ -39,6 +39,9 @@ from ncpbench.reports.tables import Table, comparison_table, group_table
 
 __all__ = ["Run", "RunFormatError", "Table", "build_report", "load_run", "load_runs", "read_episodes"]
 
+MOCK_NOTICE = "mock models: not a benchmark result"
+"""Said by every report file of a run answered (in any role) by the mock server."""
+
 FILES = ("comparison.md", "comparison.csv", "genres.md", "genres.csv", "envs.md", "envs.csv",
          "survival.png", "survival.svg", "metrics.json", "index.html")
 
@@ -70,6 +73,14 @@ def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Seq
     turns_at = tuple(at) if at else survival_turns(max_turns)
     kw: dict[str, Any] = {"at": turns_at, "horizon": max_turns, "resamples": resamples, "seed": seed}
 
+    mocked = [run for run in runs if run.mock_roles]
+    for run in mocked:
+        run.notes.append(f"{MOCK_NOTICE} ({', '.join(run.mock_roles)} answered by the mock server)")
+    banner = (f"**{MOCK_NOTICE}**: {', '.join(run.name for run in mocked)} used the mock server.\n\n"
+              if mocked else "")
+    if mocked:
+        title = f"{title} — {MOCK_NOTICE}"
+
     summaries = [summarize(run.records, **kw) for run in runs]
     by_genre = [summarize_by_genre(run.records, **kw) for run in runs]
     by_env = [summarize_by_env(run.records, **kw) for run in runs]
@@ -84,7 +95,7 @@ def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Seq
     envs = group_table("Per environment", "environment", env_rows, turns_at, label=titles)
 
     for table, stem in ((comparison, "comparison"), (genres, "genres"), (envs, "envs")):
-        (out / f"{stem}.md").write_text(table.to_markdown(), encoding="utf-8")
+        (out / f"{stem}.md").write_text(banner + table.to_markdown(), encoding="utf-8")
         (out / f"{stem}.csv").write_text(table.to_csv(), encoding="utf-8")
 
     curves = [Curve(run.name, s.km, float(s.max_turns)) for run, s in zip(runs, summaries, strict=True)]
@@ -106,6 +117,7 @@ def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Seq
 def _run_metrics(run: Run, summary: Summary, genres: dict[str, Summary], envs: dict[str, Summary]) -> dict[str, Any]:
     return {"name": run.name, "path": str(run.path),
             "models": {role: run.model(role) for role in ("narrator", "player", "auditor")},
-            "player_mode": run.player_mode, "notes": run.notes, "summary": summary.as_dict(),
+            "player_mode": run.player_mode, "mock_roles": run.mock_roles,
+            "benchmark_result": not run.mock_roles, "notes": run.notes, "summary": summary.as_dict(),
             "genres": {k: v.as_dict() for k, v in genres.items()},
             "envs": {k: v.as_dict() for k, v in envs.items()}}

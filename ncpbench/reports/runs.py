@@ -1,8 +1,9 @@
 """Reading run folders (docs/RUN_FORMAT.md): run.json plus episodes.jsonl, records only.
 
 `episodes.jsonl` holds one `EpisodeRecord` a line. When an `episode_id` repeats, the last line
-wins (a resumed or re-run episode); a final line that is not complete JSON (a runner stopped
-mid-write) is skipped and noted. Any other unreadable line is an error: the file is damaged.
+wins (a resumed or re-run episode). Lines are read by `ncpbench.jsonl.scan_jsonl` with the same
+test the runner uses: a torn final line or a damaged line is skipped and noted (the runner moves
+the same lines to `episodes.jsonl.quarantine`); `strict=True` makes a damaged line an error.
 Checkpoints of in-flight episodes are not read: reports cover finished episodes.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ncpbench.jsonl import BadLine, episode_line, scan_jsonl
 from ncpbench.record import EpisodeRecord
 
 ROLES = ("narrator", "player", "auditor")
@@ -51,6 +53,15 @@ class Run:
         return str(value) if value is not None else ""
 
     @property
+    def mock_roles(self) -> list[str]:
+        """Roles answered by the mock server (run.json's tag, else the records'); [] for real models."""
+        tagged = self.config.get("mock_roles")
+        if isinstance(tagged, list):
+            return [str(r) for r in tagged]
+        scripted = self.config.get("player_mode") == "scripted"
+        return [r for r in ROLES if self.model(r).startswith("mock/") and not (r == "player" and scripted)]
+
+    @property
     def player_mode(self) -> str:
         mode = self.config.get("player_mode")
         return str(mode) if mode is not None else ""
@@ -61,33 +72,45 @@ def episode_key(record: EpisodeRecord) -> str:
     return record.episode_id or f"{record.env_id}#{record.replicate}"
 
 
-def read_episodes(path: str | Path) -> tuple[list[EpisodeRecord], list[str]]:
-    """Parse an episodes.jsonl file: (records, notes). Raises RunFormatError on a damaged line."""
+def read_episodes(path: str | Path, *, strict: bool = False) -> tuple[list[EpisodeRecord], list[str]]:
+    """Parse an episodes.jsonl file: (records, notes), through the runner's own line reader.
+
+    Tolerant (the default) skips what the runner would quarantine (a torn last line, a damaged
+    line, a line that is not an episode record) and notes each; `strict=True` raises
+    RunFormatError on any of them except a torn last line.
+    """
     p = Path(path)
-    lines = p.read_bytes().decode("utf-8", errors="replace").split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
     by_id: dict[str, EpisodeRecord] = {}
     notes: list[str] = []
     repeated = 0
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                notes.append(f"{p.name}: skipped an incomplete last line (line {i + 1})")
+
+    def skipped(bad: BadLine) -> None:
+        if bad.torn:
+            notes.append(f"{p.name}: skipped an incomplete last line (line {bad.lineno})")
+        else:
+            notes.append(f"{p.name}: skipped damaged line {bad.lineno} ({bad.reason})")
+
+    try:
+        for lineno, data, bad in scan_jsonl(p, accept=episode_line):
+            if bad is not None:
+                if strict and not bad.torn:
+                    kind = "not JSON" if bad.reason.startswith("not JSON") else "not an episode record"
+                    raise RunFormatError(f"{p}:{lineno}: {kind} ({bad.reason})")
+                skipped(bad)
                 continue
-            raise RunFormatError(f"{p}:{i + 1}: not JSON ({e.msg})") from None
-        try:
-            record = EpisodeRecord.model_validate(data)
-        except ValueError as e:
-            raise RunFormatError(f"{p}:{i + 1}: not an episode record ({str(e).splitlines()[0]})") from None
-        key = episode_key(record)
-        if key in by_id:
-            repeated += 1
-        by_id[key] = record
+            try:
+                record = EpisodeRecord.model_validate(data)
+            except ValueError as e:
+                if strict:
+                    raise RunFormatError(f"{p}:{lineno}: not an episode record ({str(e).splitlines()[0]})") from None
+                notes.append(f"{p.name}: skipped line {lineno}: not an episode record ({str(e).splitlines()[0]})")
+                continue
+            key = episode_key(record)
+            if key in by_id:
+                repeated += 1
+            by_id[key] = record
+    except OSError as e:
+        raise RunFormatError(f"{p}: cannot read ({e.strerror or e})") from None
     if repeated:
         notes.append(f"{p.name}: {repeated} repeated episode line(s); the last one of each was kept")
     return list(by_id.values()), notes
