@@ -12,6 +12,7 @@ from ncpbench.dataset import bundled
 from ncpbench.lint import lint_spec, replay_reference
 from ncpbench.registry import bundled_slugs
 
+
 @pytest.mark.parametrize("slug", bundled_slugs())
 def test_the_reference_plot_reaches_success_and_breaks_nothing(slug: str) -> None:
     spec = bundled()[slug]

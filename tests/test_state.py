@@ -6,13 +6,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ncpbench.protocol import GROUNDED, PUBLISHED, apply_turn
-from ncpbench.verdict import Verdict
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.ledger import FactDiff, FactLedger, LedgerError
+from ncpbench.protocol import GROUNDED, PUBLISHED, apply_turn
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState
 from ncpbench.trajectory import TrajectoryGraph
+from ncpbench.verdict import Verdict
 
 
 def test_ledger_adds_with_next_ids_and_records_the_turn(tiny: Spec) -> None:
