@@ -119,7 +119,7 @@ def replay_requests(record: EpisodeRecord, spec: Spec | None = None,
     story = spec or get_spec(record.env_id, dataset)
     history = list(record.history)
     env = NarrativeEnv(story, player=_RecordedPlayer(history), auditor=_RecordedAuditor(history),
-                       max_turns=max(record.max_turns, len(history)))
+                       max_turns=max(record.max_turns, len(history)), protocol=record.protocol.split("/")[0])
     try:
         env.reset(seed=record.seed)
         for entry in history:

@@ -201,7 +201,7 @@ def endpoints(config: RunConfig) -> list[Endpoint]:
     found: dict[tuple[str, str | None], Endpoint] = {}
     for name in config.active_roles():
         role = config.role(name)
-        if role.provider == "local" or (role.provider == "mock" and not role.base_url):
+        if role.provider in ("local", "python") or (role.provider == "mock" and not role.base_url):
             continue
         url = (role.base_url or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")).rstrip("/")
         key_var = key_variable(role) if role.provider == "openai" else None

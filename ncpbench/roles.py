@@ -6,15 +6,33 @@ from ncpbench.agents import LLMNarrator, LLMPlayer, ScriptedPlayer
 from ncpbench.auditors import LLMAuditor
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RunConfig
+from ncpbench.plugins import load_object, load_role
 from ncpbench.protocols import Auditor, Narrator, Player
 
 
 def build_roles(config: RunConfig, client: ModelClient, salt: str = "") -> tuple[Narrator, Player, Auditor]:
-    narrator = LLMNarrator(client, config.narrator, salt=salt)
+    """The three roles: LLM agents for model strings, your own objects for `module:attr` references."""
+    narrator: Narrator
+    if config.narrator.provider == "python":
+        narrator = load_role("narrator", config.narrator.model)[0]
+    else:
+        narrator = LLMNarrator(client, config.narrator, salt=salt)
     player: Player
     if config.player_mode == "scripted":
         player = ScriptedPlayer()
+    elif config.player.provider == "python":
+        player = load_role("player", config.player.model)[0]
     else:
         player = LLMPlayer(client, config.player, mode=config.player_mode, salt=salt)
-    auditor = LLMAuditor(client, config.auditor, salt=salt)
+    auditor: Auditor
+    if config.auditor.provider == "python":
+        auditor = load_role("auditor", config.auditor.model)[0]
+    else:
+        auditor = LLMAuditor(client, config.auditor, salt=salt)
     return narrator, player, auditor
+
+
+def plugin_refs(config: RunConfig) -> dict[str, dict[str, str | None]]:
+    """The roles of your own in a run, by reference and source hash (part of the run's identity)."""
+    return {r: load_object(config.role(r).model)[1].model_dump() for r in config.active_roles()
+            if config.role(r).provider == "python"}

@@ -48,9 +48,10 @@ from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
+from ncpbench.protocol import get_protocol
 from ncpbench.protocols import Narrator
 from ncpbench.record import EpisodeRecord
-from ncpbench.roles import build_roles
+from ncpbench.roles import build_roles, plugin_refs
 from ncpbench.state import Outcome
 
 log = get_logger("ncpbench.runner")
@@ -372,7 +373,8 @@ async def _fingerprint_calls(config: RunConfig) -> list[tuple[str, Any]]:
     player: Any = (ScriptedPlayer() if config.player_mode == "scripted" else
                    LLMPlayer(client, fixed(config.player), mode=config.player_mode, salt="fingerprint"))
     auditor = LLMAuditor(client, fixed(config.auditor), salt="fingerprint")
-    env = NarrativeEnv(get_spec(PROMPT_FIXTURE_ENV), player=player, auditor=auditor, max_turns=3)
+    env = NarrativeEnv(get_spec(PROMPT_FIXTURE_ENV), player=player, auditor=auditor, max_turns=3,
+                       protocol=config.protocol)
     await play_episode(env, narrator, seed=0)
     if env.error:
         raise RuntimeError(env.error)
@@ -392,9 +394,11 @@ def batch_identity(config: RunConfig, settings: BatchSettings, dataset_hash: str
              for r in config.active_roles()}
     return {
         "ncpbench_version": __version__,
-        "protocol": {"name": config.protocol, "version": _protocol_version(config.protocol)},
+        "protocol": {"name": config.protocol, "version": _protocol_version(config.protocol),
+                     "label": get_protocol(config.protocol).label},
         "player_mode": config.player_mode,
         "roles": roles,
+        "plugins": plugin_refs(config),
         "mock_roles": config.mock_roles(),
         "batch": settings.model_dump(mode="json"),
         "dataset_hash": dataset_hash,
@@ -403,17 +407,8 @@ def batch_identity(config: RunConfig, settings: BatchSettings, dataset_hash: str
 
 
 def _protocol_version(name: str) -> int:
-    """The protocol's version where the protocol module names one (the lead's ncpbench.protocol), else 1."""
-    try:
-        import importlib
-
-        module = importlib.import_module("ncpbench.protocol")
-    except ImportError:
-        return 1
-    versions = getattr(module, "VERSIONS", None)
-    if isinstance(versions, dict) and isinstance(versions.get(name), int):
-        return int(versions[name])
-    return 1
+    """The protocol preset's version (part of the run identity: a changed rule set is another run)."""
+    return get_protocol(name).version
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -756,7 +751,8 @@ class BatchRunner:
             narrator, player, auditor = build_roles(self.config, client, salt=task.episode_id)
             if self.narrator_factory is not None:
                 narrator = self.narrator_factory(task)
-            env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns)
+            env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns,
+                               protocol=self.config.protocol)
             resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:

@@ -44,3 +44,31 @@ def test_model_strings_are_not_mistaken_for_references() -> None:
     assert is_plugin_ref("mypkg.narrators:narrate") and is_plugin_ref("examples/my_narrator.py:narrate")
     assert not is_plugin_ref("openai/gpt-4o") and not is_plugin_ref("openai/qwen2.5:latest")
     assert not is_plugin_ref("openai/llama3.1:8b") and not is_plugin_ref("mock/default")
+
+
+def test_the_cli_runs_your_narrator_and_the_record_names_it(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    ref = f"{EXAMPLE}:narrate"
+    out = subprocess.run([sys.executable, "-m", "ncpbench", "run", "--envs", "iron-man,alien", "--narrator", ref,
+                          "--auditor", "mock/default", "--player-mode", "scripted", "--max-turns", "2",
+                          "--out", str(tmp_path / "run"), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert {r["env_id"] for r in records} == {"iron-man", "alien"}
+    assert all(r["config"]["narrator"]["model"] == ref for r in records)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["identity"]["plugins"]["narrator"]["source_sha256"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+
+
+def test_a_reference_that_does_not_import_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "ncpbench", "run", "--envs", "iron-man", "--narrator",
+                          "nowhere/missing.py:narrate", "--auditor", "mock/default", "--player-mode", "scripted",
+                          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "missing.py: no such file" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

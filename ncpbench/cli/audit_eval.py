@@ -135,6 +135,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
     from ncpbench.cli.run import LOCAL_NOTE
     from ncpbench.models.cache import ResponseCache
     from ncpbench.models.client import ModelClient
+    from ncpbench.plugins import load_role
 
     if role.provider == "local":
         print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)
@@ -155,7 +156,8 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
         cache = ResponseCache(args.cache) if args.cache else None
         client = ModelClient(cache=cache)
         try:
-            auditor = LLMAuditor(client, role, salt="audit-eval")
+            auditor: Any = (load_role("auditor", role.model)[0] if role.provider == "python"  # your own auditor
+                            else LLMAuditor(client, role, salt="audit-eval"))
             return await run_audit_eval(auditor, out, specs=specs, n=args.cases, seed=args.seed,
                                         concurrency=args.concurrency, meta=meta, bootstrap_rounds=args.bootstrap,
                                         on_result=progress)

@@ -55,7 +55,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
             g.add_argument(f"--{role}-{flag}", type=typ, help=argparse.SUPPRESS if flag != "base-url" else
                            f"{role} endpoint (also -api-key-env, -temperature, -top-p, -max-tokens, -seed, "
                            "-structured, -timeout, -concurrency)")
-    g.add_argument("--profile", default="default", choices=sorted(PROFILES), help="sampling defaults (paper = published setup)")
+    g.add_argument("--profile", default=None, choices=sorted(PROFILES),
+                   help="sampling defaults: paper = the published setup (the default under --protocol published), "
+                        "default = ours (the default under other protocols)")
     g.add_argument("--config", help="run config file (YAML or JSON): {narrator: {model: …}, player: …, auditor: …}")
     g.add_argument("--player-mode", choices=["adversarial", "cooperative", "scripted"],
                    help="LLM player condition, or the model-free scripted adversary")
@@ -191,9 +193,9 @@ def print_step(console: Console, env: NarrativeEnv, info: dict[str, Any]) -> Non
         bits = [f"+{len(v.fact_diff.add)} facts", f"-{len(v.fact_diff.negate)} facts"]
         if turn.completed_nodes:
             bits.append("completed " + ", ".join(turn.completed_nodes))
-        satisfied = [u.id for u in v.commitment_updates]
-        if satisfied:
-            bits.append("satisfied " + ", ".join(satisfied))
+        changes = env.state.transcript[-1].status_changes if env.state.transcript else ()
+        if changes:  # what this turn changed (under the published protocol a status may also revert)
+            bits.append("; ".join(changes))
         console.print(f"  [green]ok[/] {'; '.join(bits)}; progress {info['progress']:.0%}")
     for note in turn.notes:
         console.print(f"  [dim]note: {escape(note)}[/]")
@@ -207,7 +209,7 @@ async def run_one(slug: str, config: RunConfig, *, turns: int, seed: int, datase
     client = ModelClient(cache=cache)
     try:
         narrator, player, auditor = build_roles(config, client, salt=f"{slug}|r0")
-        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns)
+        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns, protocol=config.protocol)
         on_step = (lambda e, i: print_step(console, e, i)) if console else None
         # Pinned like a batch record, so a single record also says exactly what produced it.
         from ncpbench.dataset import Dataset

@@ -24,10 +24,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ncpbench.plugins import is_plugin_ref
+from ncpbench.protocol import PROTOCOLS as PROTOCOL_PRESETS
+
 ROLES = ("narrator", "player", "auditor")
 StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
 PROVIDERS = ("openai", "mock", "local")
-PROTOCOLS = ("published", "grounded")
+PROTOCOLS = tuple(PROTOCOL_PRESETS)
 MOCK_DEFAULT = "mock/default"
 
 
@@ -79,6 +82,8 @@ class RoleConfig(BaseModel):
 
     @property
     def provider(self) -> str:
+        if is_plugin_ref(self.model):
+            return "python"  # your own role: `module:attr` or `path/file.py:attr` (ncpbench.plugins)
         return self.model.split("/", 1)[0] if "/" in self.model else "openai"
 
     @property
@@ -109,7 +114,9 @@ class RunConfig(BaseModel):
     auditor: RoleConfig = Field(default_factory=RoleConfig)
     player_mode: Literal["adversarial", "cooperative", "scripted"] = "adversarial"
     """LLM player condition, or the model-free scripted adversary."""
-    profile: str = "default"
+    profile: str = "paper"
+    """The sampling defaults used (`paper`: the published setup, the default under the published
+    protocol; `default`: our sampling, the default under other protocols)."""
     cache_path: str | None = None
     """SQLite response cache (opt-in): a cached run replays exactly."""
     protocol: str = "published"
@@ -204,7 +211,19 @@ def _field_error(e: ValidationError, where: str) -> ConfigError:
 
 
 def check_model_string(model: str, what: str) -> None:
-    """`provider/model` with a known provider; raises ConfigError with a did-you-mean otherwise."""
+    """`provider/model` with a known provider, or a role of your own (`module:attr`, `file.py:attr`)
+    that imports; raises ConfigError with a did-you-mean otherwise."""
+    if is_plugin_ref(model):
+        from ncpbench.plugins import PluginError, load_object
+
+        try:
+            load_object(model)
+        except PluginError as e:
+            raise ConfigError(f"{what} {e}", "give module:attr or path/to/file.py:attr of an importable object") from None
+        except Exception as e:  # the user's module raised while importing
+            raise ConfigError(f"{what} {model}: importing it raised {type(e).__name__}: {e}",
+                              "fix the module so it imports") from None
+        return
     if "/" not in model:
         raise ConfigError(f"{what} {model!r} has no provider", f"write provider/model, e.g. openai/{model}")
     provider, name = model.split("/", 1)
@@ -220,22 +239,28 @@ def resolve_run_config(
     *,
     environ: Mapping[str, str] | None = None,
     config_file: str | Path | None = None,
-    profile: str = "default",
+    profile: str | None = None,
     extra: Mapping[str, Any] | None = None,
     require: tuple[str, ...] | None = None,
     mock_default: bool = True,
 ) -> RunConfig:
     """Merge profile < config file < environment < flags into one RunConfig.
 
+    With no profile, the protocol picks it: the published protocol samples every role as published
+    (`paper`: 0.6 / top-p 0.95 / 8092 tokens), other protocols use `default`.
+
     Every problem is a ConfigError naming where the bad value came from. `require` lists roles that
     must be given a model by a flag, a variable or the file; with `mock_default=False` a required
     role nobody named is an error instead of silently becoming mock/default.
     """
-    if profile not in PROFILES:
-        raise ConfigError(f"unknown profile {profile!r}{did_you_mean(profile, tuple(PROFILES))}",
-                          f"use one of {', '.join(sorted(PROFILES))}")
     env = os.environ if environ is None else environ
     file_data = load_config_file(config_file) if config_file else {}
+    if profile is None:
+        protocol = (extra or {}).get("protocol") or file_data.get("protocol") or "published"
+        profile = file_data.get("profile") or ("paper" if protocol == "published" else "default")
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}{did_you_mean(str(profile), tuple(PROFILES))}",
+                          f"use one of {', '.join(sorted(PROFILES))}")
     if config_file:
         _check_keys(file_data, str(config_file))
     roles: dict[str, dict[str, Any]] = {}
@@ -264,7 +289,7 @@ def resolve_run_config(
             named.add(role)
         merged.update(given)
         roles[role] = merged
-    top = {k: v for k, v in file_data.items() if k not in ROLES}
+    top = {k: v for k, v in file_data.items() if k not in ROLES and k != "profile"}
     top.update({k: v for k, v in (extra or {}).items() if v is not None})
     built: dict[str, RoleConfig] = {}
     for r in ROLES:
