@@ -188,7 +188,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self.max_reply_chars = max_reply_chars
         self.graph = TrajectoryGraph(self.story)
         bound = _text_bound(max_turns, max_reply_chars)
-        self.action_space = UnicodeText(max_length=max(1_000_000, max_reply_chars * 4))
+        self.action_space = UnicodeText(max_length=max(1_000_000, max_reply_chars * 4), non_blank=True)
         self.observation_space = spaces.Dict({
             "turn": spaces.Discrete(max_turns + 1),
             "player_action": UnicodeText(max_length=max_reply_chars),

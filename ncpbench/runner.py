@@ -425,10 +425,11 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`field: old -> new` for every field that differs, in a stable order."""
+    """`field: old -> new` for every field that differs: what a person decides by first (protocol,
+    roles, dataset), the prompt hashes that follow from them last."""
     a, b = _flatten(old), _flatten(new)
     out = []
-    for key in sorted(set(a) | set(b)):
+    for key in sorted(set(a) | set(b), key=lambda k: (k.startswith("prompt_hashes"), k)):
         if a.get(key, "<absent>") != b.get(key, "<absent>"):
             out.append(f"{key}: {_show(a.get(key, '<absent>'))} -> {_show(b.get(key, '<absent>'))}")
     return out

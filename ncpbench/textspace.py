@@ -43,18 +43,25 @@ _HEADER = 8
 
 
 class UnicodeText(Space[str]):
-    def __init__(self, max_length: int = 1_000_000, min_length: int = 0, seed: int | np.random.Generator | None = None):
+    def __init__(self, max_length: int = 1_000_000, min_length: int = 0, seed: int | np.random.Generator | None = None,
+                 non_blank: bool = False):
         self.max_length = max_length
         self.min_length = min_length
+        self.non_blank = non_blank
+        """Only texts with a visible character (a narration must say something: blank is invalid)."""
         super().__init__(dtype=str, seed=seed)
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        length = int(self.np_random.integers(self.min_length, min(self.max_length, 200) + 1))
+        low = max(self.min_length, 1 if self.non_blank else 0)
+        length = int(self.np_random.integers(low, min(self.max_length, 200) + 1))
         idx = self.np_random.integers(0, len(_SAMPLE_CHARS), size=length)
-        return "".join(_SAMPLE_CHARS[i] for i in idx)
+        text = "".join(_SAMPLE_CHARS[i] for i in idx)
+        return "a" + text[1:] if self.non_blank and not text.strip() else text
 
     def contains(self, x: Any) -> bool:
         if not isinstance(x, str) or not self.min_length <= len(x) <= self.max_length:
+            return False
+        if self.non_blank and not x.strip():
             return False
         try:
             x.encode("utf-8")
@@ -75,10 +82,11 @@ class UnicodeText(Space[str]):
         return f"UnicodeText(max_length={self.max_length})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, UnicodeText) and (self.min_length, self.max_length) == (other.min_length, other.max_length)
+        return isinstance(other, UnicodeText) and (self.min_length, self.max_length, self.non_blank) == (
+            other.min_length, other.max_length, other.non_blank)
 
     def __hash__(self) -> int:
-        return hash((UnicodeText, self.min_length, self.max_length))
+        return hash((UnicodeText, self.min_length, self.max_length, self.non_blank))
 
     def to_jsonable(self, sample_n: Any) -> list[str]:
         return list(sample_n)

@@ -148,7 +148,8 @@ def test_config_precedence_flags_over_env_over_file_over_profile(tmp_path: Path)
     cfg_file = tmp_path / "run.yaml"
     cfg_file.write_text("narrator: {model: openai/from-file, temperature: 0.1}\nauditor: {model: openai/judge}\n")
     env = {"NCPBENCH_NARRATOR_MODEL": "openai/from-env", "NCPBENCH_PLAYER_BASE_URL": "http://127.0.0.1:9/v1"}
-    cfg = resolve_run_config({"narrator": {"model": "openai/from-flag"}}, environ=env, config_file=cfg_file)
+    cfg = resolve_run_config({"narrator": {"model": "openai/from-flag"}}, environ=env, config_file=cfg_file,
+                             profile="default")
     assert cfg.narrator.model == "openai/from-flag" and cfg.narrator.temperature == 0.1
     assert cfg.player.base_url == "http://127.0.0.1:9/v1"
     assert cfg.auditor.model == "openai/judge" and cfg.auditor.temperature == 0.0 and cfg.auditor.seed == 0
@@ -166,3 +167,12 @@ def test_keys_are_redacted_and_never_in_config_dumps(monkeypatch: pytest.MonkeyP
 def test_extract_json_tolerates_fences_and_chatter() -> None:
     assert json.loads(extract_json('Sure!\n```json\n{"a": 1}\n```')) == {"a": 1}
     assert json.loads(extract_json('noise {"a": {"b": 2}} trailing')) == {"a": {"b": 2}}
+
+
+def test_the_published_protocol_samples_as_published_unless_told_otherwise() -> None:
+    published = resolve_run_config({"narrator": {"model": "openai/n", "temperature": 0.2}})
+    assert published.profile == "paper" and published.auditor.temperature == 0.6
+    assert published.auditor.top_p == 0.95 and published.auditor.max_tokens == 8092
+    assert published.narrator.temperature == 0.2, "a flag still wins"
+    grounded = resolve_run_config({}, extra={"protocol": "grounded"})
+    assert grounded.profile == "default" and grounded.auditor.temperature == 0.0

@@ -121,7 +121,7 @@ def test_a_changed_protocol_or_setting_is_refused_by_the_cli_with_exit_3_naming_
         err = [x for x in refused.stderr.splitlines() if x.startswith("ncpbench: ")]
         assert len(err) == 1 and "protocol.name: published -> grounded" in err[0] and "Traceback" not in refused.stderr
         sampled = cli(*base, "--narrator-temperature", "0.3")
-        assert sampled.returncode == EXIT_REFUSED and "roles.narrator.temperature: 0.7 -> 0.3" in sampled.stderr
+        assert sampled.returncode == EXIT_REFUSED and "roles.narrator.temperature: 0.6 -> 0.3" in sampled.stderr
 
 
 # -- no silent mock ---------------------------------------------------------------------------------
