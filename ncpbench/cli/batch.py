@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ncpbench.models.config import load_config_file
+from ncpbench.pricing import Price, parse_prices
 from ncpbench.runner import BatchResult, Budget, Progress, RunError, merge_runs, run_batch
 
 
@@ -27,11 +28,13 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _prices(path: str | None) -> dict[str, tuple[float, float]]:
+def _prices(path: str | None) -> dict[str, Price]:
     if not path:
         return {}
-    data = load_config_file(path)
-    return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
+    try:
+        return parse_prices(load_config_file(path))
+    except ValueError as e:
+        raise SystemExit(f"ncpbench: --prices {path}: {e}") from None
 
 
 def progress_table(p: Progress, budget: Budget) -> Table:
@@ -40,7 +43,9 @@ def progress_table(p: Progress, budget: Budget) -> Table:
     t.add_row("episodes", f"{p.done}/{p.total} done ({p.skipped} from before), {p.alive} alive")
     t.add_row("outcomes", f"{p.conflicts} conflicts, {p.errors} errors")
     t.add_row("turns", str(p.turns))
-    t.add_row("tokens", f"{p.tokens:,}" + (f"  (~${cost:.4f})" if cost is not None else ""))
+    share = p.cached_share()
+    t.add_row("tokens", f"{p.tokens:,}" + (f"  ({share:.0%} of prompt cached)" if share is not None else "")
+              + (f"  (~${cost:.4f})" if cost is not None else ""))
     if p.stopped_by_budget:
         t.add_row("budget", "reached: no new work is started")
     return t

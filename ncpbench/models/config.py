@@ -23,6 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ncpbench.models.redaction import redact_url
+
 ROLES = ("narrator", "player", "auditor")
 StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
 
@@ -71,7 +73,9 @@ class RoleConfig(BaseModel):
 
     def public(self) -> dict[str, Any]:
         """For records: everything but secrets (the key's variable name is fine, its value never)."""
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        data["base_url"] = redact_url(self.base_url)  # http://user:PASS@host -> http://[redacted]@host
+        return data
 
 
 class RunConfig(BaseModel):
@@ -90,7 +94,9 @@ class RunConfig(BaseModel):
         return getattr(self, name)  # type: ignore[no-any-return]
 
     def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        data.update({r: self.role(r).public() for r in ROLES})  # each role's URL without credentials
+        return data
 
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
