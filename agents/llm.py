@@ -7,6 +7,7 @@ from typing import Literal
 from ncpbench.agents import prompts
 from ncpbench.agents.callable import narrator_prompt
 
+from ncpbench.models.calllog import call_context
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import NarratorRequest, PlayerRequest
@@ -33,7 +34,8 @@ class LLMNarrator:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     async def narrate(self, request: NarratorRequest) -> AgentReply:
-        out = await self.client.chat(self.role, self.messages(request), salt=f"{self.salt}|narrator|{request.turn}")
+        with call_context(role="narrator", turn=request.turn):
+            out = await self.client.chat(self.role, self.messages(request), salt=f"{self.salt}|narrator|{request.turn}")
         return AgentReply(text=out.text.strip(), usage=out.usage)
 
 
@@ -54,7 +56,8 @@ class LLMPlayer:
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     async def act(self, request: PlayerRequest) -> AgentReply:
-        out = await self.client.chat(self.role, self.messages(request),
-                                     salt=f"{self.salt}|player|{request.seed}|{request.turn}")
+        with call_context(role="player", turn=request.turn):
+            out = await self.client.chat(self.role, self.messages(request),
+                                         salt=f"{self.salt}|player|{request.seed}|{request.turn}")
         text = out.text.strip() or "I wait to see what happens next."
         return AgentReply(text=text, usage=out.usage)
