@@ -137,7 +137,7 @@ def test_a_body_dripping_a_byte_at_a_time_ends_at_the_whole_call_deadline(tiny: 
 
         started = time.perf_counter()
         with pytest.raises(ModelCallError, match=r"1\.5 s call deadline"):
-            asyncio.run(go())
+            asyncio.run(asyncio.wait_for(go(), 10))  # without the deadline: TimeoutError here, not a hang
         elapsed = time.perf_counter() - started
     assert 1.4 < elapsed < 3.0 and endpoint.requests == 1
 
