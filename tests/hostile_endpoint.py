@@ -74,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(b"upstream hiccup, try later")
             return
         payloads = {
-            "good": _completion(srv.reply if srv.reply is not None else good, usage=srv.usage),
+            "good": {**_completion(srv.reply if srv.reply is not None else good, usage=srv.usage), **srv.top},
             "empty_choices": {"id": "hostile", "object": "chat.completion", "choices": [],
                               "usage": {"prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10}},
             "null_content": _completion(None),
@@ -92,13 +92,15 @@ class HostileEndpoint(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, mode: str, bad: int | None = None, *, drip_s: float = 0.3, reply: str | None = None,
-                 usage: dict[str, Any] | None = None) -> None:
+                 usage: dict[str, Any] | None = None, top: dict[str, Any] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.mode = mode
         self.bad = bad
         self.drip_s = drip_s
         self.reply = reply
         self.usage = usage
+        self.top = top or {}
+        """Extra top-level fields of a good answer (llama.cpp's `timings`)."""
         self.requests = 0
         self.bodies: list[dict[str, Any]] = []
         self.lock = threading.Lock()
