@@ -89,6 +89,8 @@ class CallStats:
     """Attempts answered 200 with a body that is not a usable completion (each one retried or final)."""
     deadline_exceeded: int = 0
     """Calls cut at their whole-call deadline."""
+    cancelled: int = 0
+    """Calls cancelled from outside while an attempt was on the wire (a failed sibling stage, a turn timeout)."""
     client_cpu_s: float = 0.0
     """Process CPU time spent while model calls were in flight (exact at concurrency 1; benchmarks)."""
     by_status: dict[str, int] = field(default_factory=dict)
@@ -109,7 +111,7 @@ class CallStats:
         u = self.usage()
         return {"calls": self.calls, "attempts": self.attempts, "retried": self.retried, "reasks": self.reasks,
                 "recovered": self.recovered, "failed": self.failed, "invalid_outputs": self.invalid,
-                "malformed": self.malformed, "deadline_exceeded": self.deadline_exceeded,
+                "malformed": self.malformed, "deadline_exceeded": self.deadline_exceeded, "cancelled": self.cancelled,
                 "cache_hits": self.cache_hits, "in_flight": self.in_flight,
                 "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
                 "cached_tokens": u.cached_tokens,
@@ -384,6 +386,13 @@ class ModelClient:
                     http = raw.http_response
                     status, body = http.status_code, http.text
                 content, finish, usage = read_completion(http.headers.get("content-type", ""), body, structured)
+            except asyncio.CancelledError:
+                # Cut from outside (a sibling audit stage failed, the turn timed out): still a
+                # request that was sent, so it gets its line.
+                self.stats.cancelled += 1
+                self._emit(role, call_id, digest, started_at, attempt=attempt, outcome="cancelled",
+                           latency_s=round(time.perf_counter() - started, 3))
+                raise
             except TimeoutError:
                 self.stats.failed += 1
                 self.stats.deadline_exceeded += 1
