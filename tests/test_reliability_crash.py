@@ -134,8 +134,16 @@ def test_sigkill_at_random_moments_loses_no_turn_duplicates_no_episode_and_tears
         assert by_id[episode_id]["history"][: len(history)] == history, episode_id
     assert all(r["outcome"] == "SURVIVAL" and r["turns"] == TURNS for r in records)
 
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "episodes.jsonl", "run.json"], \
-        "no temp files left behind"
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "calls.jsonl", "checkpoints", "episodes.jsonl",
+                                                     "run.json"], "no temp files left behind"
+    # Every model call behind a committed turn is in calls.jsonl, whatever the kills interrupted:
+    # a call's line is fsynced before the call returns, so before its turn can be committed.
+    calls_bytes = (out / "calls.jsonl").read_bytes()
+    calls = whole_lines(calls_bytes)
+    assert calls_bytes.endswith(b"\n") and len(calls) == calls_bytes.count(b"\n"), "every line whole"
+    answered = {(c["episode"], c["turn"]) for c in calls if c["role"] == "narrator" and c["outcome"] == "ok"}
+    for r in records:
+        assert all((r["episode_id"], t["turn"]) in answered for t in r["history"]), r["episode_id"]
     assert list((out / "checkpoints").iterdir()) == []
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and len(meta["sessions"]) >= KILLS // 2

@@ -157,3 +157,29 @@ def test_the_deadline_covers_retries_too(tiny: Spec) -> None:
         with pytest.raises(MalformedResponse, match="wrong content type 'text/html'"):
             asyncio.run(go())
     assert time.perf_counter() - started < 1.5 and 1 < endpoint.requests < 6
+
+
+def test_a_narrator_reply_cut_at_max_tokens_is_still_the_narrators_reply(tiny: Spec) -> None:
+    with HostileEndpoint("length_structured") as endpoint:
+        async def go() -> str:
+            client = ModelClient()
+            try:
+                return (await LLMNarrator(client, hostile_role(endpoint)).narrate(opening_request(tiny))).text
+            finally:
+                await client.aclose()
+
+        assert asyncio.run(go()) and endpoint.requests == 1
+
+
+def test_a_structured_stage_cut_at_max_tokens_is_refused_even_without_a_response_format(tiny: Spec) -> None:
+    # `prompt` mode sends no response_format: the call is still structured, so `length` is a fault.
+    with HostileEndpoint("length_structured") as endpoint:
+        async def go() -> None:
+            client = ModelClient()
+            try:
+                await LLMAuditor(client, hostile_role(endpoint, structured="prompt")).audit(audit_request(tiny))
+            finally:
+                await client.aclose()
+
+        with pytest.raises(MalformedResponse, match="finish_reason length"):
+            asyncio.run(go())

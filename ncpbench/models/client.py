@@ -55,8 +55,9 @@ REASKS = 2
 """An invalid output is re-asked at most twice (the published setup), then it is an error."""
 _CALL_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("ncpbench_call_attempts", default=None)
 """Transport attempts of the call running in this task (the global counter is shared by every call)."""
-_REASK: ContextVar[tuple[int, str | None]] = ContextVar("ncpbench_reask", default=(0, None))
-"""(re-ask number, why) of the structured ask in progress, for the call log (chat's signature stays small)."""
+_REASK: ContextVar[tuple[int, str | None] | None] = ContextVar("ncpbench_reask", default=None)
+"""(re-ask number, why) of the structured ask in progress, None outside `structured`; for the call
+log and the `length` rule (chat's signature stays as callers and subclasses know it)."""
 RETRY_STATUS = frozenset({408, 409, 429})
 """HTTP statuses worth another try (with every 5xx); other 4xx are the request's fault and final."""
 MAX_RETRY_AFTER_S = 60.0
@@ -305,7 +306,7 @@ class ModelClient:
         if self.call_sink is None:
             return
         ctx = current_context()
-        reask, reason = _REASK.get()
+        reask, reason = _REASK.get() or (0, None)
         response = fields.pop("response", None)
         if response is not None:
             fields["response_chars"] = len(response)
@@ -318,7 +319,7 @@ class ModelClient:
     async def chat(self, role: RoleConfig, messages: Sequence[Message], *, response_format: dict[str, Any] | None = None,
                    salt: str = "") -> Completion:
         params = self._params(role)
-        structured = response_format is not None or _REASK.get() != (0, None) or current_context().stage is not None
+        structured = response_format is not None or _REASK.get() is not None
         digest = messages_sha256(messages)
         call_id = uuid.uuid4().hex[:16]
         key = None

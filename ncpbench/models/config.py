@@ -51,9 +51,9 @@ class RoleConfig(BaseModel):
     structured: StructuredMode = "auto"
     """How JSON is requested: json_schema (OpenAI style), json_object with the schema (llama.cpp), prompt only."""
     timeout_s: float = 120.0
-    """Per-request timeout; the client retries timeouts."""
+    """Deadline of one whole model call: every attempt, retry, backoff and body byte (not per read)."""
     max_retries: int = 4
-    """Client-level retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets."""
+    """Client retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets / unusable 200 bodies."""
     concurrency: int = 64
     """Most requests in flight to this endpoint at once."""
 
