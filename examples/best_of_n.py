@@ -10,9 +10,10 @@ episode continues from its branch. Every search is written down, so the run fold
     RUN/run.json         what ran
 
 Dry run (the default): every role talks to loopback mock servers. The mock narrator answers the
-same prompt with the same text, so to give the search something to choose, the narrator's mock
-drops a share of its answers (`--mock-drop`, empty content): an empty reply ignores the player, a
-player-input conflict. Point the roles at real endpoints to sample real alternatives:
+same prompt with the same text, so to give the search something to choose, a seeded share of the
+mock narrator's candidates is dropped (`--mock-drop`): an empty reply ignores the player, a
+player-input conflict. The drop happens here, not at the endpoint: an endpoint that answers with
+empty content is a fault the client retries, never a reply. Point the roles at real endpoints to sample real alternatives:
 
     python examples/best_of_n.py --env iron-man --k 4 --turns 5 --episodes 2 --out runs/best-of-n
     python examples/best_of_n.py --narrator openai/gpt-4o-mini --auditor openai/gpt-4o --player-mode scripted ...
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from ncpbench.logs import configure
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RunConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
-from ncpbench.protocols import Auditor, Narrator, Player
+from ncpbench.protocols import Auditor, Narrator, NarratorRequest, Player
 from ncpbench.record import EpisodeRecord
 from ncpbench.rl import best_index, search_record, try_replies
 from ncpbench.roles import build_roles
@@ -62,34 +64,46 @@ async def best_of_n_episode(env: NarrativeEnv, narrator: Narrator, *, k: int, se
     return env.record(replicate=replicate, config=config)
 
 
-def with_mock_endpoints(config: RunConfig, drop: float, seed: int, servers: list[MockServer]) -> RunConfig:
-    """Give every mock role without a base URL a loopback server (the narrator's one drops replies)."""
+class DroppingNarrator:
+    """Dry runs only: drops a seeded share of the candidates (an empty reply) so the search can choose."""
+
+    def __init__(self, inner: Narrator, drop: float, seed: int) -> None:
+        self.inner = inner
+        self.drop = drop
+        self.rng = random.Random(seed)
+
+    async def narrate(self, request: NarratorRequest) -> Any:
+        reply = await resolve(self.inner.narrate(request))
+        return "" if self.rng.random() < self.drop else reply
+
+
+def with_mock_endpoints(config: RunConfig, servers: list[MockServer]) -> RunConfig:
+    """Give every mock role without a base URL the loopback mock server."""
     roles: dict[str, Any] = {}
     world: MockServer | None = None
     for name in ("narrator", "player", "auditor"):
         role = config.role(name)
         if role.provider != "mock" or role.base_url:
             continue
-        if name == "narrator":
-            server = MockServer(MockConfig(fault_rate=drop, fault_kinds=("empty",), seed=seed)).start()
-            servers.append(server)
-        else:
-            if world is None:
-                world = MockServer().start()
-                servers.append(world)
-            server = world
-        roles[name] = role.model_copy(update={"base_url": server.base_url})
+        if world is None:
+            world = MockServer(MockConfig()).start()
+            servers.append(world)
+        roles[name] = role.model_copy(update={"base_url": world.base_url})
     return config.model_copy(update=roles)
 
 
 async def main_async(args: argparse.Namespace) -> int:
     servers: list[MockServer] = []
-    config = with_mock_endpoints(config_from_args(args), args.mock_drop, args.seed, servers)
+    asked = config_from_args(args)
+    dry_narrator = asked.narrator.provider == "mock" and not asked.narrator.base_url
+    config = with_mock_endpoints(asked, servers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     client = ModelClient()
     try:
         narrator, player, auditor = build_roles(config, client, salt="best-of-n")
+        if dry_narrator and args.mock_drop > 0:
+            narrator = DroppingNarrator(narrator, args.mock_drop, args.seed)
         roles: tuple[Narrator, Player, Auditor] = (narrator, player, auditor)
         record_config = {**config.public(), "best_of_n": {"k": args.k}}
         (out / "run.json").write_text(json.dumps({"name": out.name, "kind": "best_of_n", "k": args.k,

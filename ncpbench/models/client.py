@@ -310,7 +310,7 @@ class ModelClient:
         response = fields.pop("response", None)
         if response is not None:
             fields["response_chars"] = len(response)
-            response = redact(response[:RESPONSE_CAP])
+            response = redact(response)[:RESPONSE_CAP]  # redact first: a cut must not keep half a key
         self.call_sink(CallEntry(at=started_at, call_id=call_id, episode=ctx.episode, turn=ctx.turn, role=ctx.role,
                                  stage=ctx.stage, model=role.model, reask=reask,
                                  reask_reason=redact(reason) if reason else None, messages_sha256=digest,
