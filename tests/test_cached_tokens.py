@@ -122,3 +122,16 @@ def test_a_batch_shows_cached_share_and_cost_in_run_json_records_progress_and_re
     assert 'id="usage"' in html and "cached share" in html
     metrics = json.loads((tmp_path / "rep" / "metrics.json").read_text())
     assert any(u["role"] == "all" and u["cached_tokens"] > 0 and u["cost_usd"] > 0 for u in metrics["usage"])
+
+
+def test_the_live_display_shows_the_cached_share_and_the_cost_at_the_cached_rate() -> None:
+    from rich.console import Console
+
+    from ncpbench.cli.batch import progress_table
+
+    progress = Progress(total=2)
+    progress.add_usage("m", Usage(prompt_tokens=1_000_000, cached_tokens=750_000, completion_tokens=0, calls=3))
+    console = Console(width=120, record=True)
+    console.print(progress_table(progress, Budget(prices={"m": Price(prompt=4.0, completion=8.0, cached=0.4)})))
+    text = console.export_text()
+    assert "75% of prompt cached" in text and "~$1.3000" in text  # 0.25 * 4 + 0.75 * 0.4
