@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ncpbench.errors import InvalidOutputError
+from ncpbench.models.calllog import call_context
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocols import NarratorRequest, PlayerRequest
@@ -50,8 +51,9 @@ class LLMNarrator:
         return narrator_messages(request)
 
     async def narrate(self, request: NarratorRequest) -> AgentReply:
-        return await _non_empty(self.client, self.role, self.messages(request), f"{self.salt}|narrator|{request.turn}",
-                                "narration")
+        with call_context(role="narrator", turn=request.turn):
+            return await _non_empty(self.client, self.role, self.messages(request),
+                                    f"{self.salt}|narrator|{request.turn}", "narration")
 
 
 class LLMPlayer:
@@ -68,5 +70,6 @@ class LLMPlayer:
         return player_messages(request, self.mode)
 
     async def act(self, request: PlayerRequest) -> AgentReply:
-        return await _non_empty(self.client, self.role, self.messages(request),
-                                f"{self.salt}|player|{request.seed}|{request.turn}", "player action")
+        with call_context(role="player", turn=request.turn):
+            return await _non_empty(self.client, self.role, self.messages(request),
+                                    f"{self.salt}|player|{request.seed}|{request.turn}", "player action")

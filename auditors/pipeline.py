@@ -40,6 +40,7 @@ from ncpbench.auditors.schemas import (
 
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.ledger import FactDiff
+from ncpbench.models.calllog import call_context
 from ncpbench.models.client import ModelClient, schema_of
 from ncpbench.models.config import RoleConfig
 from ncpbench.protocol import credit_nodes, preview_ledger
@@ -85,6 +86,11 @@ class LLMAuditor:
         return self._graphs[key]
 
     async def audit(self, request: AuditRequest) -> Verdict:
+        turn = request.state.turn + 1 if request.player_action is not None else 0
+        with call_context(role="auditor", turn=turn):  # labels the stage calls in calls.jsonl
+            return await self._audit(request)
+
+    async def _audit(self, request: AuditRequest) -> Verdict:
         usage: dict[str, Usage] = {}
         diff = await self._fact_update(request, usage)
         if request.player_action is None:

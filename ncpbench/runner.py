@@ -46,13 +46,16 @@ from ncpbench.jsonl import episode_line, iter_jsonl, jsonl_line
 from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
+from ncpbench.models.calllog import CallLog, call_context
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
+from ncpbench.pricing import Price, as_price, cached_share, total_cost
 from ncpbench.protocol import get_protocol
 from ncpbench.protocols import Narrator
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles, plugin_refs
 from ncpbench.state import Outcome
+from ncpbench.verdict import Usage
 
 log = get_logger("ncpbench.runner")
 
@@ -104,17 +107,11 @@ class EpisodeTask:
 class Budget:
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None
-    prices: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """model string -> (USD per 1M prompt tokens, USD per 1M completion tokens)."""
+    prices: dict[str, Price] = field(default_factory=dict)
+    """model string -> USD per 1M prompt, completion and (optionally) cached prompt tokens."""
 
-    def cost(self, usage_by_model: dict[str, tuple[int, int]]) -> float | None:
-        if not self.prices:
-            return None
-        total = 0.0
-        for model, (prompt, completion) in usage_by_model.items():
-            p_in, p_out = self.prices.get(model, (0.0, 0.0))
-            total += prompt / 1e6 * p_in + completion / 1e6 * p_out
-        return total
+    def cost(self, usage_by_model: dict[str, Usage]) -> float | None:
+        return total_cost(usage_by_model, self.prices)
 
 
 @dataclass
@@ -129,15 +126,20 @@ class Progress:
     errors: int = 0
     turns: int = 0
     tokens: int = 0
-    by_model: dict[str, tuple[int, int]] = field(default_factory=dict)
+    by_model: dict[str, Usage] = field(default_factory=dict)
     stopped_by_budget: bool = False
     stopped_by_breaker: str | None = None
     """The repeated infrastructure error that tripped the circuit breaker, if it did."""
 
-    def add_usage(self, model: str, prompt: int, completion: int) -> None:
-        p, c = self.by_model.get(model, (0, 0))
-        self.by_model[model] = (p + prompt, c + completion)
-        self.tokens += prompt + completion
+    def add_usage(self, model: str, usage: Usage) -> None:
+        self.by_model[model] = self.by_model.get(model, Usage()).add(usage)
+        self.tokens += usage.prompt_tokens + usage.completion_tokens
+
+    def cached_share(self) -> float | None:
+        total = Usage()
+        for u in self.by_model.values():
+            total = total.add(u)
+        return cached_share(total)
 
 
 @dataclass
@@ -146,7 +148,7 @@ class BatchResult:
     progress: Progress
     records: list[EpisodeRecord]
     """Records finished in this invocation."""
-    call_stats: dict[str, int]
+    call_stats: dict[str, Any]
     client_cpu_s: float = 0.0
     """CPU time spent while model calls were in flight (exact only at concurrency 1)."""
 
@@ -555,7 +557,7 @@ class BatchRunner:
             raise RunError(f"{self.out} holds a different run (run.json): " + "; ".join(diffs[:6])
                            + ". Rerun with the same setup to resume, or choose another --out")
 
-    def _write_run_json(self, status: str, started: str, stats: dict[str, int] | None = None) -> None:
+    def _write_run_json(self, status: str, started: str, stats: dict[str, Any] | None = None) -> None:
         existing = self._run_json()
         sessions = existing.get("sessions", [])
         session = {"started_at": started, "ended_at": None if status == "running" else _now(),
@@ -663,9 +665,11 @@ class BatchRunner:
                     raise io_failure(self.out, e) from None
                 raise
             cache = ResponseCache(self.config.cache_path) if self.config.cache_path else None
-            client = ModelClient(cache=cache)
+            # calls.jsonl: every model call of the run, appended and fsynced (a resumed run adds lines).
+            calls = CallLog(self.out / "calls.jsonl")
+            client = ModelClient(cache=cache, call_sink=calls)
             status = "interrupted"
-            stats: dict[str, int] = {}
+            stats: dict[str, Any] = {}
             client_cpu = 0.0
             try:
                 try:
@@ -686,8 +690,10 @@ class BatchRunner:
                           "complete" if self.progress.done == self.progress.total else "partial")
             finally:
                 stats = client.stats.as_dict()
+                stats["cost_usd"] = total_cost(client.stats.usage_by_model, self.budget.prices)
                 client_cpu = client.stats.client_cpu_s
                 await client.aclose()
+                calls.close()
                 if cache:
                     cache.close()
                 try:
@@ -737,7 +743,7 @@ class BatchRunner:
     def _count_turn(self, env: NarrativeEnv) -> None:
         turn = env.history[-1]
         for role, usage in turn.usage.items():
-            self.progress.add_usage(self._model_of(role), usage.prompt_tokens, usage.completion_tokens)
+            self.progress.add_usage(self._model_of(role), usage)
         self.progress.turns += 1
         if self.on_change:
             self.on_change(self.progress)
@@ -766,9 +772,10 @@ class BatchRunner:
                             raise
                         self._io_error = io_failure(self._checkpoint_path(task), err)
 
-            record: EpisodeRecord | None = await play_episode(
-                env, narrator, seed=task.seed, replicate=task.replicate, config=self.record_config,
-                on_step=on_step, resume=resume, stop=self._should_stop, turn_timeout_s=self.turn_timeout_s)
+            with call_context(episode=task.episode_id):  # labels this episode's lines of calls.jsonl
+                record: EpisodeRecord | None = await play_episode(
+                    env, narrator, seed=task.seed, replicate=task.replicate, config=self.record_config,
+                    on_step=on_step, resume=resume, stop=self._should_stop, turn_timeout_s=self.turn_timeout_s)
         except EpisodeInterrupted:
             record = None
         except Exception as e:  # building the episode failed: still an ERROR record, never a crash
@@ -831,7 +838,7 @@ async def run_batch(
     retry_errors: bool = False,
     max_total_tokens: int | None = None,
     max_cost_usd: float | None = None,
-    prices: dict[str, tuple[float, float]] | None = None,
+    prices: dict[str, Price] | dict[str, tuple[float, ...]] | None = None,
     narrator: NarratorFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
     turn_timeout_s: float | None = 600.0,
@@ -846,9 +853,10 @@ async def run_batch(
     settings = BatchSettings(envs=select_envs(ds, envs), replicates=replicates, max_turns=max_turns, seed=seed,
                              shard=shard, dataset=dataset)
     runner = BatchRunner(Path(out), config or RunConfig(), settings, concurrency=concurrency,
-                         budget=Budget(max_total_tokens, max_cost_usd, prices or {}), retry_errors=retry_errors,
-                         narrator=narrator, on_change=on_change, dataset=ds, turn_timeout_s=turn_timeout_s,
-                         breaker=breaker)
+                         budget=Budget(max_total_tokens, max_cost_usd,
+                                       {m: as_price(p) for m, p in (prices or {}).items()}),
+                         retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
+                         turn_timeout_s=turn_timeout_s, breaker=breaker)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),

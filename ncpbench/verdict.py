@@ -36,11 +36,13 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     calls: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the endpoint served from its prefix cache (a part of prompt_tokens, billed lower)."""
 
     def add(self, other: Usage) -> Usage:
         return Usage(prompt_tokens=self.prompt_tokens + other.prompt_tokens,
                      completion_tokens=self.completion_tokens + other.completion_tokens,
-                     calls=self.calls + other.calls)
+                     calls=self.calls + other.calls, cached_tokens=self.cached_tokens + other.cached_tokens)
 
     @property
     def total_tokens(self) -> int:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
+from ncpbench.errors import MalformedResponse
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import InvalidOutputError, ModelCallError, ModelClient, extract_json, redact
 from ncpbench.models.config import RoleConfig, resolve_run_config
@@ -55,21 +57,24 @@ def test_transport_faults_are_retried_by_the_client(kind: str) -> None:
     assert stats["retried"] >= server.stats.faults[kind] and stats["failed"] == 0
 
 
-def test_timeouts_are_retried_and_then_reported_as_a_model_call_error() -> None:
-    with MockServer(MockConfig(fault_rate=1.0, fault_kinds=("timeout",), hang_s=1.0)) as server:
+def test_a_hanging_endpoint_is_cut_at_the_whole_call_deadline_and_reported_as_a_model_call_error() -> None:
+    with MockServer(MockConfig(fault_rate=1.0, fault_kinds=("timeout",), hang_s=3.0)) as server:
         async def go() -> None:
             client = ModelClient()
             try:
-                await client.chat(role(server, timeout_s=0.2, max_retries=1), AUDIT_MSGS)
+                await client.chat(role(server, timeout_s=0.4, max_retries=3), AUDIT_MSGS)
             finally:
                 await client.aclose()
 
+        started = time.perf_counter()
         with pytest.raises(ModelCallError, match="timed out"):
             asyncio.run(go())
-    assert server.stats.requests == 2, "one try and one retry"
+        elapsed = time.perf_counter() - started
+    # The deadline covers the whole call, retries included: no retry can start after it.
+    assert elapsed < 1.5 and server.stats.requests == 1
 
 
-@pytest.mark.parametrize("kind", ["truncated", "empty", "schema_miss"])
+@pytest.mark.parametrize("kind", ["truncated", "schema_miss"])
 def test_invalid_output_is_reasked_twice_then_raises(kind: str) -> None:
     with MockServer(MockConfig(fault_rate=1.0, fault_kinds=(kind,))) as server:
         async def go() -> ModelClient:
@@ -85,17 +90,20 @@ def test_invalid_output_is_reasked_twice_then_raises(kind: str) -> None:
     assert server.stats.requests == 3
 
 
-def test_malformed_http_body_is_an_error_not_a_crash() -> None:
-    with MockServer(MockConfig(fault_rate=1.0, fault_kinds=("malformed",))) as server:
-        async def go() -> None:
+@pytest.mark.parametrize("kind", ["malformed", "empty"])
+def test_a_malformed_body_or_empty_content_is_retried_then_a_malformed_response_never_an_answer(kind: str) -> None:
+    with MockServer(MockConfig(fault_rate=1.0, fault_kinds=(kind,))) as server:
+        async def go() -> ModelClient:
             client = ModelClient()
             try:
-                await client.structured(role(server, max_retries=0), AUDIT_MSGS, Answer, name="fact_update")
+                await client.structured(role(server, max_retries=2), AUDIT_MSGS, Answer, name="fact_update")
             finally:
                 await client.aclose()
+            return client
 
-        with pytest.raises(InvalidOutputError):
+        with pytest.raises(MalformedResponse, match="after 3 attempt"):
             asyncio.run(go())
+    assert server.stats.requests == 3, "one try and two retries, no re-ask of an endpoint fault"
 
 
 def test_semantic_check_failures_are_fed_back_and_reasked() -> None:

@@ -140,7 +140,15 @@ def test_sigkill_at_random_moments_loses_no_turn_duplicates_no_episode_and_tears
         for line in (out / "episodes.jsonl.quarantine").read_bytes().splitlines():
             with pytest.raises(ValueError):
                 json.loads(line)
-    assert names == [".lock", "checkpoints", "episodes.jsonl", "run.json"], "no temp files left behind"
+    assert names == [".lock", "calls.jsonl", "checkpoints", "episodes.jsonl", "run.json"], "no temp files left behind"
+    # Every model call behind a committed turn is in calls.jsonl, whatever the kills interrupted:
+    # a call's line is fsynced before the call returns, so before its turn can be committed.
+    calls_bytes = (out / "calls.jsonl").read_bytes()
+    calls = whole_lines(calls_bytes)
+    assert calls_bytes.endswith(b"\n") and len(calls) == calls_bytes.count(b"\n"), "every line whole"
+    answered = {(c["episode"], c["turn"]) for c in calls if c["role"] == "narrator" and c["outcome"] == "ok"}
+    for r in records:
+        assert all((r["episode_id"], t["turn"]) in answered for t in r["history"]), r["episode_id"]
     assert list((out / "checkpoints").iterdir()) == []
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "complete" and len(meta["sessions"]) >= KILLS // 2

@@ -176,7 +176,7 @@ def test_an_endpoint_that_echoes_the_key_leaves_it_out_of_errors_records_and_log
         structlog.configure(**saved)
         server.shutdown()
         server.server_close()
-    assert message == "openai/x: HTTP 401 after retries"
+    assert message == "openai/x: HTTP 401 after 1 attempt(s)"
     assert record.outcome is Outcome.ERROR and "HTTP 401" in (record.error or "")
     assert key not in record.model_dump_json()
     assert "episode_error" in logs.getvalue()
@@ -199,3 +199,49 @@ def test_a_role_that_fails_with_a_key_in_its_message_leaves_a_redacted_record(
     record = asyncio.run(play_episode(env, Leaky()))
     assert record.outcome is Outcome.ERROR and "invalid key" in (record.error or "")
     assert key not in record.model_dump_json()
+
+
+@pytest.mark.slow
+def test_canaries_in_the_key_the_url_and_a_reply_reach_no_file_of_the_run_cache_report_or_logs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hostile_endpoint import HostileEndpoint
+
+    from ncpbench.models.cache import ResponseCache
+    from ncpbench.models.calllog import read_calls
+    from ncpbench.reports import build_report
+    from ncpbench.runner import run_batch
+
+    key = canary("ncpbench-canary-key-")  # no sk- prefix, in a variable whose name says nothing
+    password = canary("ncpbench-canary-pass-")
+    monkeypatch.setenv("NCPB_NARRATOR_CRED", key)
+    secrets_ = [key, password]
+    logs = io.StringIO()
+    saved = structlog.get_config()
+    configure("DEBUG", json=True)
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=logs))
+    # The narrator endpoint echoes the key and the URL's password inside an ordinary 200 reply.
+    reply = f"The door opens. (debug: key={key} auth=Bearer {key} url=http://reader:{password}@10.0.0.1/v1)"
+    try:
+        with HostileEndpoint("good", reply=reply) as endpoint, MockServer() as mock:
+            host = endpoint.base_url.removeprefix("http://")
+            narrator = RoleConfig(model="openai/narrator", base_url=f"http://reader:{password}@{host}",
+                                  api_key_env="NCPB_NARRATOR_CRED")
+            good = RoleConfig(model="mock/default", base_url=mock.base_url)
+            config = RunConfig(narrator=narrator, player=good, auditor=good, cache_path=str(tmp_path / "cache.sqlite"))
+            out = tmp_path / "run"
+            asyncio.run(run_batch(out, config, envs="iron-man,zombieland", max_turns=2))
+            asyncio.run(run_batch(out, config, envs="iron-man,zombieland", max_turns=2))  # resume: all done
+            sent = json.dumps(endpoint.bodies)
+        build_report([out], tmp_path / "report", resamples=50)
+    finally:
+        structlog.configure(**saved)
+    assert sent and "door opens" in (out / "episodes.jsonl").read_text(), "the reply itself is kept"
+    assert "[redacted]" in (out / "episodes.jsonl").read_text()
+    assert (out / "calls.jsonl").exists() and read_calls(out / "calls.jsonl"), "the call log was written"
+    ResponseCache(tmp_path / "cache.sqlite").close()  # the cache exists and is whole
+    assert key not in sent, "our own requests never carry the key in a message"
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["config"]["narrator"]["base_url"] == f"http://[redacted]@{host}"
+    assert leaks(out, secrets_) == [] and leaks(tmp_path / "report", secrets_) == []
+    assert leaks(tmp_path, secrets_) == [], "nothing under the test folder at all (cache included)"
+    assert "model_call" in logs.getvalue() and not any(s in logs.getvalue() for s in secrets_)

@@ -14,6 +14,7 @@ from ncpbench.auditeval.evaluate import CaseResult
 from ncpbench.auditeval.scoring import Scores
 from ncpbench.dataset import load
 from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config
+from ncpbench.models.redaction import redact_url
 from ncpbench.preflight import (
     EXIT_USAGE,
     PreflightError,
@@ -139,7 +140,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
 
     if role.provider == "local":
         print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)
-    meta = {"auditor": role.model, "endpoint": role.base_url or role.provider, "envs": args.envs,
+    meta = {"auditor": role.model, "endpoint": redact_url(role.base_url) or role.provider, "envs": args.envs,
             "ncpbench": __version__, "structured output": role.structured_mode()}
     total = args.cases
     done = [0]

@@ -22,6 +22,7 @@ from ncpbench.preflight import (
     check_number,
     check_out,
 )
+from ncpbench.pricing import Price, parse_prices
 from ncpbench.runner import BatchResult, Budget, Progress, RunError, merge_runs, run_batch
 
 
@@ -37,21 +38,14 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _prices(path: str | None) -> dict[str, tuple[float, float]]:
+def _prices(path: str | None) -> dict[str, Price]:
     if not path:
         return {}
-    data = load_config_file(path)
-    out: dict[str, tuple[float, float]] = {}
-    for k, v in data.items():
-        try:
-            p_in, p_out = float(v[0]), float(v[1])
-        except (TypeError, ValueError, IndexError, KeyError):
-            raise ConfigError(f"--prices {path}: {k} is not [usd_per_1M_prompt, usd_per_1M_completion]",
-                              f"write `{k}: [0.15, 0.60]`") from None
-        if p_in < 0 or p_out < 0:
-            raise ConfigError(f"--prices {path}: {k} has a negative price", "prices are USD per 1M tokens, 0 or more")
-        out[str(k)] = (p_in, p_out)
-    return out
+    try:
+        return parse_prices(load_config_file(path))
+    except ValueError as e:
+        raise ConfigError(f"--prices {path}: {e}",
+                          "write `MODEL: [usd_per_1M_prompt, usd_per_1M_completion]` (optionally a cached price)") from None
 
 
 def check_batch_options(args: argparse.Namespace) -> None:
@@ -69,7 +63,9 @@ def progress_table(p: Progress, budget: Budget) -> Table:
     t.add_row("episodes", f"{p.done}/{p.total} done ({p.skipped} from before), {p.alive} alive")
     t.add_row("outcomes", f"{p.conflicts} conflicts, {p.errors} errors")
     t.add_row("turns", str(p.turns))
-    t.add_row("tokens", f"{p.tokens:,}" + (f"  (~${cost:.4f})" if cost is not None else ""))
+    share = p.cached_share()
+    t.add_row("tokens", f"{p.tokens:,}" + (f"  ({share:.0%} of prompt cached)" if share is not None else "")
+              + (f"  (~${cost:.4f})" if cost is not None else ""))
     if p.stopped_by_budget:
         t.add_row("budget", "reached: no new work is started")
     return t

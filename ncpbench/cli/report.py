@@ -27,15 +27,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--title", default="ncpbench report", help="report title")
+    p.add_argument("--prices", help="YAML/JSON price table {MODEL: [usd_per_1M_prompt, usd_per_1M_completion"
+                   "(, usd_per_1M_cached_prompt)]}: adds estimated cost to the usage table")
     p.set_defaults(func=cmd_report)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ncpbench.cli.batch import _prices
     from ncpbench.reports import RunFormatError, build_report
 
+    prices = _prices(args.prices)
     try:
         index = build_report(args.runs, args.out, at=args.at, resamples=args.resamples, seed=args.seed,
-                             title=args.title)
+                             title=args.title, prices=prices)
     except (RunFormatError, OSError) as e:
         print(f"ncpbench report: {e}", file=sys.stderr)
         return 2

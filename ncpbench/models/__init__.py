@@ -1,9 +1,16 @@
 """The model layer: role configuration, the OpenAI-compatible client, the response cache, the
-loopback mock server and the embedded local model. Everything that talks to a model endpoint."""
+call log, the loopback mock server and the embedded local model. Everything that talks to a
+model endpoint.
 
-from ncpbench.errors import InvalidOutputError, ModelCallError
-from ncpbench.models.client import ModelClient
+`call_context(episode=..., turn=..., role=..., stage=...)` labels the model calls made inside it
+(calls.jsonl and the structlog events of those calls carry the labels).
+"""
+
+from ncpbench.errors import InvalidOutputError, MalformedResponse, ModelCallError
+from ncpbench.models.calllog import CallEntry, CallLog, call_context, current_context, read_calls
+from ncpbench.models.client import ModelClient, redact, redact_url
 from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config
 
-__all__ = ["PROFILES", "InvalidOutputError", "ModelCallError", "ModelClient", "RoleConfig", "RunConfig",
-           "resolve_run_config"]
+__all__ = ["PROFILES", "CallEntry", "CallLog", "InvalidOutputError", "MalformedResponse", "ModelCallError",
+           "ModelClient", "RoleConfig", "RunConfig", "call_context", "current_context", "read_calls", "redact",
+           "redact_url", "resolve_run_config"]

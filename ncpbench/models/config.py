@@ -24,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ncpbench.models.redaction import redact_url
 from ncpbench.plugins import is_plugin_ref
 from ncpbench.protocol import PROTOCOLS as PROTOCOL_PRESETS
 
@@ -74,9 +75,10 @@ class RoleConfig(BaseModel):
     structured: StructuredMode = "auto"
     """How JSON is requested: json_schema (OpenAI style), json_object with the schema (llama.cpp), prompt only."""
     timeout_s: float = Field(default=120.0, gt=0.0)
-    """Per-request timeout in seconds (above 0); the client retries timeouts."""
+    """Deadline of one whole model call in seconds (above 0): every attempt, retry, backoff and body
+    byte (not per read)."""
     max_retries: int = Field(default=4, ge=0)
-    """Client-level retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets."""
+    """Client retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets / unusable 200 bodies."""
     concurrency: int = Field(default=64, ge=1)
     """Most requests in flight to this endpoint at once (at least 1: 0 would wait forever)."""
 
@@ -103,7 +105,9 @@ class RoleConfig(BaseModel):
 
     def public(self) -> dict[str, Any]:
         """For records: everything but secrets (the key's variable name is fine, its value never)."""
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        data["base_url"] = redact_url(self.base_url)  # http://user:PASS@host -> http://[redacted]@host
+        return data
 
 
 class RunConfig(BaseModel):
@@ -136,6 +140,7 @@ class RunConfig(BaseModel):
     def public(self) -> dict[str, Any]:
         """For records and run.json: the config plus the mock tag (`mock_roles`), no secrets."""
         data = self.model_dump(mode="json")
+        data.update({r: self.role(r).public() for r in ROLES})  # each role's URL without credentials
         data["mock_roles"] = self.mock_roles()
         return data
 

@@ -14,6 +14,13 @@
 Faults are injected with probability `fault_rate`, seeded: 429 with Retry-After, 500, timeout
 (the server hangs), connection reset, malformed JSON body, truncated JSON content, empty
 content, and JSON that misses the schema. Standard library only, so it runs anywhere.
+
+Prompt caching is modelled like a server's prefix cache: per episode, role and stage (the
+`X-Ncpbench-Context` header our client sends to the mock; else per stage or role and system
+prompt) the server remembers the previous prompt and reports the prefix the new one shares with
+it (characters / 4) as cached tokens, in the dialect `cache_report` names: `openai` (and vLLM):
+usage.prompt_tokens_details.cached_tokens; `llama.cpp`: timings.cache_n and timings.prompt_n;
+`none`: not reported.
 """
 
 from __future__ import annotations
@@ -60,11 +67,15 @@ class MockConfig:
     retry_after_s: float = 0.05
     scripted: dict[str, list[str]] = field(default_factory=dict)
     """Per stage name, message contents returned in order (popped); an empty list falls back."""
+    cache_report: str = "openai"
+    """How cached prompt tokens are reported: `openai` (also vLLM's shape), `llama.cpp`, or `none`."""
 
 
 @dataclass
 class MockStats:
     requests: int = 0
+    cached_tokens: int = 0
+    """Cached prompt tokens reported over all answers."""
     faults: dict[str, int] = field(default_factory=dict)
     roles: dict[str, int] = field(default_factory=dict)
 
@@ -92,6 +103,18 @@ PLAYER_LINES = [
     "I announce that I already know how this ends, and act on it.",
     "I wait, watch, and listen for anything that gives the game away.",
 ]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the prefix two strings share (bisection over slice comparisons: C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _text(messages: list[dict[str, Any]]) -> tuple[str, str]:
@@ -268,7 +291,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault == "schema_miss":
             content = json.dumps({"unexpected": True}) if role == "auditor" else content
         prompt_tokens = sum(len(str(m.get("content", ""))) for m in body.get("messages", [])) // 4
-        payload = {
+        cached = min(prompt_tokens, self.server.shared_prefix(self._cache_key(body), body) // 4)
+        payload: dict[str, Any] = {
             "id": f"mock-{self.server.stats.requests}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -277,7 +301,20 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content) // 4,
                       "total_tokens": prompt_tokens + len(content) // 4},
         }
+        if cfg.cache_report == "openai":
+            payload["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        elif cfg.cache_report == "llama.cpp":
+            payload["timings"] = {"cache_n": cached, "prompt_n": prompt_tokens - cached}
+        with self.server.lock:
+            self.server.stats.cached_tokens += cached if cfg.cache_report != "none" else 0
         self._send(200, json.dumps(payload).encode())
+
+    def _cache_key(self, body: dict[str, Any]) -> str:
+        label = self.headers.get("X-Ncpbench-Context") or ""
+        if label.strip("|"):
+            return label
+        system, _ = _text(body.get("messages") or [])
+        return f"{_stage_name(body, _SCRIPT_STAGE) or ''}|{system[:400]}"
 
 
 class _Server(ThreadingHTTPServer):
@@ -291,6 +328,20 @@ class _Server(ThreadingHTTPServer):
         self.stats = MockStats()
         self.lock = threading.Lock()
         self.rng = random.Random(config.seed)
+        self.prompts: dict[str, str] = {}
+        """The last prompt per cache key (oldest evicted past MAX_PROMPTS)."""
+
+    MAX_PROMPTS = 4096
+
+    def shared_prefix(self, key: str, body: dict[str, Any]) -> int:
+        """Characters the prompt shares with the previous prompt under `key`; remembers this one."""
+        prompt = "".join(f"{m.get('role', '')}\n{m.get('content', '')}\n" for m in body.get("messages") or [])
+        with self.lock:
+            previous = self.prompts.pop(key, "")
+            self.prompts[key] = prompt
+            if len(self.prompts) > self.MAX_PROMPTS:
+                self.prompts.pop(next(iter(self.prompts)))
+        return _common_prefix(previous, prompt)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (its timeout during a `timeout` fault) leaves a closed socket: the

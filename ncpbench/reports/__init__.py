@@ -8,6 +8,8 @@ environment, and writes into `out_dir`:
                                      survival at a few turns, Kaplan–Meier median and RMST
     genres.md / genres.csv           one row per (genre, run)
     envs.md / envs.csv               one row per (environment, run)
+    usage.md / usage.csv             tokens per run and role: prompt, cached prompt (share),
+                                     completion, estimated cost (with a price table)
     survival.png / survival.svg      every run's Kaplan–Meier curve with bands and censor ticks
     metrics.json                     every summary, machine-readable
     index.html                       the self-contained HTML report with the transcript viewer
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +34,18 @@ from ncpbench.metrics import (
     summarize_by_genre,
     survival_turns,
 )
+from ncpbench.pricing import Price
 from ncpbench.reports.html import RunSection, episode_anchors, render_page
 from ncpbench.reports.plots import Curve, write_survival_plot
 from ncpbench.reports.runs import Run, RunFormatError, load_run, load_runs, read_episodes
-from ncpbench.reports.tables import Table, comparison_table, group_table
+from ncpbench.reports.tables import Table, comparison_table, group_table, usage_table
 
 __all__ = ["Run", "RunFormatError", "Table", "build_report", "load_run", "load_runs", "read_episodes"]
 
 MOCK_NOTICE = "mock models: not a benchmark result"
 """Said by every report file of a run answered (in any role) by the mock server."""
 
-FILES = ("comparison.md", "comparison.csv", "genres.md", "genres.csv", "envs.md", "envs.csv",
+FILES = ("comparison.md", "comparison.csv", "genres.md", "genres.csv", "envs.md", "envs.csv", "usage.md", "usage.csv",
          "survival.png", "survival.svg", "metrics.json", "index.html")
 
 
@@ -58,11 +61,12 @@ def _clean(value: Any) -> Any:
 
 
 def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Sequence[int] | None = None,
-                 resamples: int = DEFAULT_RESAMPLES, seed: int = 0, title: str = "ncpbench report") -> Path:
+                 resamples: int = DEFAULT_RESAMPLES, seed: int = 0, title: str = "ncpbench report",
+                 prices: Mapping[str, Price] | None = None) -> Path:
     """Write every report file for the runs into out_dir; return the path of index.html.
 
     `at`: turns to report survival at (default: 5, 10, 20, 50, 100 up to the largest limit, and
-    the limit). Raises RunFormatError when a folder is not a readable run.
+    the limit). `prices` (model -> Price) adds the estimated cost to the usage table. Raises RunFormatError when a folder is not a readable run.
     """
     runs = load_runs([Path(p) for p in run_dirs])
     if not runs:
@@ -94,7 +98,8 @@ def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Seq
                 for run, groups in zip(runs, by_env, strict=True) if (s := groups.get(k)) is not None]
     envs = group_table("Per environment", "environment", env_rows, turns_at, label=titles)
 
-    for table, stem in ((comparison, "comparison"), (genres, "genres"), (envs, "envs")):
+    usage = usage_table(runs, prices)
+    for table, stem in ((comparison, "comparison"), (genres, "genres"), (envs, "envs"), (usage, "usage")):
         (out / f"{stem}.md").write_text(banner + table.to_markdown(), encoding="utf-8")
         (out / f"{stem}.csv").write_text(table.to_csv(), encoding="utf-8")
 
@@ -102,13 +107,14 @@ def build_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *, at: Seq
     _, _, png = write_survival_plot(curves, out)
 
     metrics = {"survival_turns": list(turns_at), "horizon": max_turns, "resamples": resamples, "seed": seed,
-               "runs": [_run_metrics(run, s, g, v) for run, s, g, v in zip(runs, summaries, by_genre, by_env, strict=True)]}
+               "runs": [_run_metrics(run, s, g, v) for run, s, g, v in zip(runs, summaries, by_genre, by_env, strict=True)],
+               "usage": [dict(zip(usage.csv_columns, row, strict=True)) for row in usage.csv_rows]}
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=1) + "\n", encoding="utf-8")
 
     anchors = episode_anchors(runs)
     sections = [RunSection(run, s, a) for run, s, a in zip(runs, summaries, anchors, strict=True)]
     files = {name: name for name in FILES if name != "index.html"}
-    page = render_page(sections, comparison, genres, envs, png, title=title, files=files)
+    page = render_page(sections, comparison, genres, envs, png, title=title, files=files, usage=usage)
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
     return index

@@ -340,7 +340,7 @@ def episodes_html(section: RunSection) -> str:
 
 
 def render_page(sections: Sequence[RunSection], comparison: Table, genres: Table, envs: Table, png: bytes,
-                title: str = "ncpbench report", files: dict[str, Any] | None = None) -> str:
+                title: str = "ncpbench report", files: dict[str, Any] | None = None, usage: Table | None = None) -> str:
     """The whole page as one string."""
     names = ", ".join(s.run.name for s in sections)
     img = base64.b64encode(png).decode("ascii")
@@ -353,7 +353,7 @@ def render_page(sections: Sequence[RunSection], comparison: Table, genres: Table
         f"<header><h1>{e(title)}</h1><p>{len(sections)} run(s): {e(names)}</p></header>"
         '<nav><a href="#summary">Summary</a><a href="#comparison">Comparison</a><a href="#survival">Survival</a>'
         '<a href="#genres">Genres</a><a href="#environments">Environments</a><a href="#episodes">Episodes</a>'
-        '<a href="#runs">Runs</a></nav><main>'
+        '<a href="#usage">Tokens and cost</a><a href="#runs">Runs</a></nav><main>'
         '<section id="summary"><h2>Summary</h2><ul>' + "".join(summary_sentence(s) for s in sections) + "</ul>"
         '<p class="muted">Averages and shares carry 95% bootstrap percentile intervals. ERROR episodes '
         "(infrastructure failures) are excluded from the averages and counted separately; in the "
@@ -371,6 +371,9 @@ def render_page(sections: Sequence[RunSection], comparison: Table, genres: Table
         '<section id="episodes"><h2>Episodes</h2><p class="muted">Click an episode (or link to '
         "<code>#ep-&lt;id&gt;</code>) to open its transcript.</p>"
         + "".join(episodes_html(s) for s in sections) + "</section>"
-        f'<section id="runs"><h2>Runs</h2>{runs_meta}</section>'
+        + (f'<section id="usage"><h2>Tokens and cost</h2><p class="muted">Cached prompt tokens are the part of '
+           "the prompt the endpoint served from its prefix cache; the cost estimate prices them at the cached "
+           f'rate when the price table gives one.</p>{table_html(usage, "usage")}</section>' if usage else "")
+        + f'<section id="runs"><h2>Runs</h2>{runs_meta}</section>'
         f"</main><script>{SCRIPT}</script></body></html>\n"
     )

@@ -9,11 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ncpbench.metrics import CONFLICT_KINDS, Estimate, Summary
+from ncpbench.pricing import Price, cached_share
 from ncpbench.reports.runs import Run
+from ncpbench.verdict import Usage
 
 Cell = str | int | float | None
 
@@ -131,4 +133,44 @@ def group_table(title: str, key: str, groups: Sequence[tuple[str, Run, Summary]]
         shown = f"{label[name]} ({name})" if label and name in label else name
         table.rows.append([shown, run.name, *row])
         table.csv_rows.append([name, run.name, *raw])
+    return table
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "—"
+
+
+def usage_table(runs: Sequence[Run], prices: Mapping[str, Price] | None = None) -> Table:
+    """Tokens per run and role from the records: prompt, cached prompt (and its share), completion, cost.
+
+    The cost is estimated with the price table (cached prompt tokens at the cached price when the
+    table gives one); "—" without a table or for a model it does not price.
+    """
+    table = Table("Tokens and cost", ["run", "role", "model", "calls", "prompt tokens", "cached prompt tokens",
+                                      "cached share", "completion tokens", "est. cost (USD)"],
+                  csv_columns=["run", "role", "model", "calls", "prompt_tokens", "cached_tokens", "cached_share",
+                               "completion_tokens", "cost_usd"])
+    for run in runs:
+        total, total_cost, priced = Usage(), 0.0, bool(prices)
+        for role in ("narrator", "player", "auditor"):
+            usage = Usage()
+            for record in run.records:
+                usage = usage.add(record.usage.get(role, Usage()))
+            if not usage.calls and not usage.prompt_tokens:
+                continue
+            model = run.model(role)
+            price = (prices or {}).get(model)
+            cost = price.cost(usage) if price is not None else None
+            priced = priced and cost is not None
+            total, total_cost = total.add(usage), total_cost + (cost or 0.0)
+            table.rows.append([run.name, role, model or "—", f"{usage.calls:,}", f"{usage.prompt_tokens:,}",
+                               f"{usage.cached_tokens:,}", _share(usage.cached_tokens, usage.prompt_tokens),
+                               f"{usage.completion_tokens:,}", "—" if cost is None else f"{cost:.4f}"])
+            table.csv_rows.append([run.name, role, model, usage.calls, usage.prompt_tokens, usage.cached_tokens,
+                                   cached_share(usage), usage.completion_tokens, cost])
+        table.rows.append([run.name, "all", "", f"{total.calls:,}", f"{total.prompt_tokens:,}",
+                           f"{total.cached_tokens:,}", _share(total.cached_tokens, total.prompt_tokens),
+                           f"{total.completion_tokens:,}", f"{total_cost:.4f}" if priced else "—"])
+        table.csv_rows.append([run.name, "all", "", total.calls, total.prompt_tokens, total.cached_tokens,
+                               cached_share(total), total.completion_tokens, total_cost if priced else None])
     return table
