@@ -14,6 +14,7 @@ counted), prints the top 25 functions by cumulative and by own time, and the run
 grouped by where it goes (C builtins are charged to the Python function that called them).
 
     .venv/bin/python benchmarks/bench_throughput.py --profile
+    .venv/bin/python benchmarks/bench_throughput.py --variants raw sharded raw+sharded
     .venv/bin/python benchmarks/bench_throughput.py --reference "python ref/run.py --base-url {base_url} ..."
 """
 
@@ -43,8 +44,65 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile: str | None) -> None:
+SHARDS = 8
+
+
+def apply_variant(variant: str) -> None:
+    """What-ifs for `--variants`, patched into this child process only (not the shipped client):
+
+    - raw:     `chat.completions.create` becomes `client.post("/chat/completions", body=dict,
+               cast_to=httpx2.Response)` + `json.loads`: no request transform, no response model
+               (the SDK's retries, timeouts and status errors stay);
+    - sharded: ModelClient keeps SHARDS clients per endpoint, each with 1/SHARDS of the
+               connections, used in turn (the pool scan per request shrinks with the pool);
+    - raw+sharded: both.
+    """
+    import types
+
+    if "raw" in variant:
+        import httpx2
+        from openai._base_client import make_request_options
+        from openai.resources.chat.completions import AsyncCompletions
+
+        async def create(self: Any, *, model: str, messages: Any, extra_body: Any = None, **params: Any) -> Any:
+            body = {"model": model, "messages": messages, **params, **(extra_body or {})}
+            raw = await self._post("/chat/completions", body=body, cast_to=httpx2.Response,
+                                   options=make_request_options(security={"bearer_auth": True}))
+            data = json.loads(raw.content)
+            choices = [types.SimpleNamespace(message=types.SimpleNamespace(content=(c.get("message") or {}).get("content")))
+                       for c in data.get("choices") or []]
+            return types.SimpleNamespace(choices=choices, usage=types.SimpleNamespace(**(data.get("usage") or {})))
+
+        AsyncCompletions.create = create  # type: ignore[method-assign]
+    if "sharded" in variant:
+        from ncpbench.models.client import ModelClient
+
+        original = ModelClient._client
+
+        def client(self: Any, role: Any) -> Any:
+            loop = id(asyncio.get_running_loop())
+            url = self.endpoint(role)
+            ident = (url, role.api_key_env or "", loop)
+            shards = self.__dict__.setdefault("_bench_shards", {})
+            if ident not in shards:
+                self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
+                small = role.model_copy(update={"concurrency": max(1, role.concurrency // SHARDS)})
+                made = []
+                for i in range(SHARDS):
+                    made.append(original(self, small))
+                    self._clients[(url, f"shard{i}", loop)] = self._clients.pop(ident)  # aclose still finds it
+                shards[ident] = [made, 0]
+            entry = shards[ident]
+            entry[1] += 1
+            return entry[0][entry[1] % SHARDS]
+
+        ModelClient._client = client  # type: ignore[method-assign]
+
+
+def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile: str | None,
+          variant: str = "current") -> None:
     """Child process: one batch, then a JSON line with the measurements."""
+    apply_variant(variant)
     from ncpbench.models.config import RoleConfig, RunConfig
     from ncpbench.registry import bundled_slugs
     from ncpbench.runner import run_batch
@@ -76,10 +134,10 @@ def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile:
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
 
 
-def run_ours(url: str, args: argparse.Namespace, profile: str | None = None) -> dict[str, Any]:
+def run_ours(url: str, args: argparse.Namespace, profile: str | None = None, variant: str = "current") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, __file__, "--child", url, str(Path(tmp) / "run"), "--films", str(args.films),
-               "--turns", str(args.turns), "--concurrency", str(args.concurrency)]
+               "--turns", str(args.turns), "--concurrency", str(args.concurrency), "--child-variant", variant]
         if profile:
             cmd += ["--child-profile", profile]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -205,9 +263,13 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="profile one more batch with cProfile")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", help=argparse.SUPPRESS)
+    ap.add_argument("--child-variant", default="current", help=argparse.SUPPRESS)
+    ap.add_argument("--variants", nargs="*", default=[], choices=("raw", "sharded", "raw+sharded"),
+                    help="also run these client what-ifs (patched into the child only), then ours again")
     args = ap.parse_args()
     if args.child:
-        batch(args.child[0], args.films, args.turns, args.concurrency, args.child[1], args.child_profile)
+        batch(args.child[0], args.films, args.turns, args.concurrency, args.child[1], args.child_profile,
+              args.child_variant)
         return
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "ncpbench", "mock-server", "--port", str(port),
@@ -234,6 +296,15 @@ def main() -> None:
               f"outcomes {ours['outcomes']}")
         if not ref:
             print("no --reference given: the reference runner was not run; ncpbench alone")
+        if args.variants:
+            print("\nclient what-ifs (patched into the batch process only), then the shipped client again:")
+            print("| variant | episodes | turns | seconds | turns/s | CPU ms/turn (runner process) | peak RSS MB |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            print(line("current", ours, None))
+            for variant in [*args.variants, "current"]:
+                r = run_ours(url, args, variant=variant)
+                print(line(variant, r, None) + f" CPU x{r['cpu_s'] / r['turns'] / (ours['cpu_s'] / ours['turns']):.2f}",
+                      flush=True)
         if args.profile:
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "batch.prof")
