@@ -51,7 +51,7 @@ from ncpbench.models.client import ModelClient
 from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
 from ncpbench.pricing import Price, as_price, cached_share, total_cost
 from ncpbench.protocol import get_protocol
-from ncpbench.protocols import Narrator
+from ncpbench.protocols import Narrator, Player
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles, plugin_refs
 from ncpbench.state import Outcome
@@ -463,6 +463,7 @@ def _now() -> str:
 
 
 NarratorFactory = Callable[[EpisodeTask], Narrator]
+PlayerFactory = Callable[[EpisodeTask], Player]
 
 BREAKER_DEFAULT = 5
 """Identical infrastructure errors in a row that stop a batch (`--circuit-breaker N`; 0 turns it off)."""
@@ -480,7 +481,8 @@ class BatchRunner:
     def __init__(self, out: Path, config: RunConfig, settings: BatchSettings, *, concurrency: int = 8,
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
-                 turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT) -> None:
+                 turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
+                 player: PlayerFactory | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         self.out = out
@@ -490,6 +492,7 @@ class BatchRunner:
         self.budget = budget or Budget()
         self.retry_errors = retry_errors
         self.narrator_factory = narrator
+        self.player_factory = player
         self.on_change = on_change
         self.turn_timeout_s = turn_timeout_s
         self.breaker = breaker
@@ -758,6 +761,8 @@ class BatchRunner:
             narrator, player, auditor = build_roles(self.config, client, salt=task.episode_id)
             if self.narrator_factory is not None:
                 narrator = self.narrator_factory(task)
+            if self.player_factory is not None:
+                player = self.player_factory(task)
             env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns,
                                protocol=self.config.protocol)
             resume = self._read_checkpoint(task, env)
@@ -840,6 +845,7 @@ async def run_batch(
     max_cost_usd: float | None = None,
     prices: dict[str, Price] | dict[str, tuple[float, ...]] | None = None,
     narrator: NarratorFactory | None = None,
+    player: PlayerFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
     turn_timeout_s: float | None = 600.0,
     breaker: int = BREAKER_DEFAULT,
@@ -856,7 +862,7 @@ async def run_batch(
                          budget=Budget(max_total_tokens, max_cost_usd,
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
-                         turn_timeout_s=turn_timeout_s, breaker=breaker)
+                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),

@@ -366,3 +366,44 @@ def test_metrics_survival_and_reports_import_no_model_layer_agents_or_auditors()
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             found += [f"{f.name}: {n}" for n in names if n.startswith(banned)]
     assert len(files) >= 8 and found == []
+
+
+def test_rmst_is_per_run_to_its_own_turn_limit(tmp_path: Path, tiny: Spec) -> None:
+    global LIMIT
+    saved, LIMIT = LIMIT, 3
+    try:  # a 3-turn run: one SURVIVAL (3 turns), one CONFLICT at turn 2
+        short = [play(tiny, [CLEAN, CLEAN, CLEAN, CLEAN], ["Opening.", "a", "b", "c"], 0),
+                 play(tiny, [CLEAN, CLEAN, Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, evidence="b",
+                                                                        reason="x")])], ["Opening.", "a", "b"], 1)]
+    finally:
+        LIMIT = saved
+    long = [play(tiny, [CLEAN] * 6, ["Opening.", "a", "b", "c", "d", "e"], 0)]
+    assert [(r.turns, r.max_turns) for r in short] == [(3, 3), (2, 3)] and long[0].max_turns == 5
+    index = build_report([write_run(tmp_path / "short", short), write_run(tmp_path / "long", long)],
+                         tmp_path / "o", resamples=50)
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO((index.parent / "headline.csv").read_text()))}
+    # KM of the short run: S = 1 up to 2, 0.5 after; RMST to its own limit 3 = 2 + 0.5
+    assert rows["short"]["rmst_horizon"] == "3" and float(rows["short"]["rmst"]) == pytest.approx(2.5)
+    assert rows["long"]["rmst_horizon"] == "5" and float(rows["long"]["rmst"]) == pytest.approx(5)
+    page = index.read_text()
+    assert "2.50 (≤3)" in page and "5.00 (≤5)" in page and "RMST (≤ 6 turns)" not in page
+    full = (index.parent / "comparison.md").read_text()
+    assert "2.50 (≤3)" in full and "5.00 (≤5)" in full, "the full table names each run's own horizon"
+    data = json.loads((index.parent / "metrics.json").read_text())
+    assert [r["summary"]["horizon"] for r in data["runs"]] == [3, 5]
+    assert "not comparable: long vs short: turn limits 3 vs 5" in " ".join(data["warnings"])
+
+
+def test_an_all_error_run_has_no_restricted_mean_and_no_curve(tmp_path: Path, tiny: Spec) -> None:
+    broken = [play(tiny, [], ["Opening."], k, fail="ModelCallError: down") for k in range(2)]
+    index = build_report([write_run(tmp_path / "down", broken)], tmp_path / "o", resamples=50)
+    data = json.loads((index.parent / "metrics.json").read_text())
+    summary = data["runs"][0]["summary"]
+    assert summary["scored"] == 0 and summary["rmst"] is None and summary["km_median"] is None
+    assert data["at_risk"]["runs"]["down"] == [None] * len(data["at_risk"]["turns"])
+    assert any("no scored episodes" in w for w in data["warnings"])
+    head = (index.parent / "headline.md").read_text()
+    assert "no scored episodes" in head and "100" not in head.split("## Headline")[1]
+    summary_text = page_text(index).split('id="summary"')[1].split("</details>")[0]
+    assert "no scored episodes, so no score, no survival curve and no restricted mean" in summary_text
+    assert "restricted mean —" not in summary_text and "Kaplan–Meier median" not in summary_text

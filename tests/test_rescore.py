@@ -18,8 +18,8 @@ import pytest
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
 from ncpbench.record import EpisodeRecord
-from ncpbench.rescore import rescore
 from ncpbench.reports import build_report
+from ncpbench.rescore import rescore
 from ncpbench.runner import run_batch
 
 RATE = 0.25
@@ -56,8 +56,8 @@ def test_rescore_replays_the_recorded_replies_through_the_new_auditor(runs: tupl
     for key, ra in a.items():
         assert ra.outcome.value == "CONFLICT" and ra.turns == 3
         rb = b[key]
-        # the new auditor's first conflict: a hashed reply, else turn 2
-        first = next(t.turn for t in ra.history if flagged(t.narrator_reply) or t.turn == 2)
+        # the new auditor's first conflict: a hashed reply (the opening is not conflict-checked), else turn 2
+        first = next(t.turn for t in ra.history if t.turn >= 1 and (flagged(t.narrator_reply) or t.turn == 2))
         assert rb.outcome.value == "CONFLICT" and rb.turns == first, key
         assert [t.narrator_reply for t in rb.history] == [t.narrator_reply for t in ra.history[:first + 1]]
         assert [t.player_action for t in rb.history] == [t.player_action for t in ra.history[:first + 1]]
@@ -84,9 +84,6 @@ def test_report_of_a_run_and_its_rescore_shows_agreement_as_the_schedules_imply(
     both = sum(p and q for p, q in zip(x, y, strict=True))
     assert got["both_conflict"] == both and got["kind_turns"] == both
     assert got["kind_agreement"] == (1.0 if both else None)  # both auditors say "fact"
-    turns_b = [b[k].turns for k in a]
-    if len(set(turns_b)) > 1:
-        pytest.fail("the original's turn counts are constant: no correlation is defined")
     assert got["pearson"] is None and got["spearman"] is None  # the original's turn counts are all 3
     page = index.read_text()
     assert "Auditor agreement" in page and "Cohen" in page and "re-audits" in page
