@@ -14,6 +14,7 @@ TimeLimit never cuts an episode the env would finish itself. docs/INTEGRATIONS.m
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,18 @@ def bundled_slugs() -> list[str]:
 ENTRY_POINT = "ncpbench.integrations.gym_plugin:make_env"
 MAX_EPISODE_STEPS = 101
 """The opening plus NarrativeEnv's default 100 turns (`gym_plugin.MAX_EPISODE_STEPS`, checked by a test)."""
+
+
+def parse_envs(envs: str | Sequence[str]) -> list[str]:
+    """`iron-man,alien` (or a list, or `all`) -> bundled slugs; unknown ones are an error."""
+    slugs = [s.strip() for s in (envs.split(",") if isinstance(envs, str) else envs) if s.strip()]
+    known = bundled_slugs()
+    if slugs == ["all"]:
+        return known
+    unknown = [s for s in slugs if s not in known]
+    if unknown or not slugs:
+        raise ValueError(f"unknown environments {unknown or slugs}; `ncpbench list` shows them")
+    return slugs
 
 
 def register_all() -> list[str]:

@@ -111,7 +111,7 @@ def test_a_missing_auditor_role_is_an_error_before_any_model_is_called(tmp_path:
 
 
 def test_unknown_environments_are_refused() -> None:
-    from ncpbench.integrations.inspect_eval import parse_envs
+    from ncpbench.registry import parse_envs
 
     assert parse_envs("iron-man, alien") == ["iron-man", "alien"]
     with pytest.raises(ValueError, match="unknown environments"):

@@ -58,7 +58,7 @@ from ncpbench.models.client import Completion, Message, ModelClient
 from ncpbench.models.config import PROFILES, RoleConfig, StructuredMode
 from ncpbench.protocols import Player
 from ncpbench.record import EpisodeRecord
-from ncpbench.registry import bundled_slugs
+from ncpbench.registry import parse_envs
 from ncpbench.verdict import Usage
 
 RECORD_KEY = "ncpbench_record"
@@ -101,18 +101,6 @@ class InspectModelClient(ModelClient):
         usage = Usage(prompt_tokens=out.usage.input_tokens if out.usage else 0,
                       completion_tokens=out.usage.output_tokens if out.usage else 0, calls=1)
         return Completion(out.completion or "", usage)
-
-
-def parse_envs(envs: str | Sequence[str]) -> list[str]:
-    """`iron-man,alien` (or a list, or `all`) -> slugs; unknown ones are an error."""
-    slugs = [s.strip() for s in (envs.split(",") if isinstance(envs, str) else envs) if s.strip()]
-    known = bundled_slugs()
-    if slugs == ["all"]:
-        return known
-    unknown = [s for s in slugs if s not in known]
-    if unknown or not slugs:
-        raise ValueError(f"unknown environments {unknown or slugs}; `ncpbench list` shows them")
-    return slugs
 
 
 def profile_role(role: str, model: Model, structured: StructuredMode = "auto") -> RoleConfig:
