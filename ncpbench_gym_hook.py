@@ -24,6 +24,8 @@ TRIGGER = "gymnasium"
 
 
 def _register() -> None:
+    if "ncpbench" in sys.modules:
+        return  # ncpbench is being imported (it imports Gymnasium itself) and registers at its end
     try:
         from ncpbench.integrations.gym_plugin import register_envs
 

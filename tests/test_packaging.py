@@ -70,6 +70,11 @@ def test_wheel_installs_into_a_fresh_venv_loads_an_environment_and_plugs_into_gy
                          env={**os.environ, "PYTHONPATH": ""})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:4] == ["imported by the hook", "1 True", "True", "True"], out.stdout
+    # ncpbench imports Gymnasium itself: the hook must stand aside then (no circular import, no warning)
+    first = subprocess.run([str(py), "-W", "error::RuntimeWarning", "-c",
+                            "import ncpbench, gymnasium as gym; print('ncpbench/IronMan-v1' in gym.registry)"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": ""})
+    assert first.returncode == 0 and first.stdout.strip() == "True", first.stderr
     off = subprocess.run([str(py), "-c", "import gymnasium as gym; print('ncpbench/IronMan-v1' in gym.registry)"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
                          env={**os.environ, "PYTHONPATH": "", "NCPBENCH_GYM_PLUGIN": "0"})

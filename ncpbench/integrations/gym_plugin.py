@@ -103,7 +103,7 @@ def build_auditor(value: RoleArg, client: ModelClient | None = None, *,
     return value, client
 
 
-def make_env(spec: str, *, player: RoleArg = None, auditor: RoleArg = None, player_mode: str = "adversarial",
+def make_env(spec: Any, *, player: RoleArg = None, auditor: RoleArg = None, player_mode: str = "adversarial",
              **kwargs: Any) -> NarrativeEnv:
     """The registered entry point of every `ncpbench/<Name>-vN` id (see the module docstring)."""
     built_player, client = build_player(player, None, player_mode)
@@ -118,8 +118,10 @@ def register_envs() -> None:
     register_all()
 
 
-def env_label(spec: str) -> str:
-    """The gym id of a bundled slug (the slug itself for anything else)."""
+def env_label(spec: object) -> str:
+    """The gym id of a bundled slug (the spec's key or the text itself for anything else)."""
     from ncpbench.registry import bundled_versions, env_id
 
-    return env_id(spec) if spec in bundled_versions() else spec
+    if isinstance(spec, str):
+        return env_id(spec) if spec in bundled_versions() else spec
+    return str(getattr(spec, "key", spec))
