@@ -89,3 +89,31 @@ def test_report_of_a_run_and_its_rescore_shows_agreement_as_the_schedules_imply(
     assert "Auditor agreement" in page and "Cohen" in page and "re-audits" in page
     assert "auditors mock/judge-a vs mock/judge-b" in page  # the not-comparable banner names the difference
     assert np.isfinite(kappa)
+
+
+def test_the_report_shows_a_turns_raw_auditor_answers_from_calls_jsonl(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    from test_reports import fragments
+
+    index = build_report([runs[1]], tmp_path / "r", resamples=50)
+    episode = fragments(index)["ep-iron-man-0"]
+    assert "Raw auditor answers" in episode and "from calls.jsonl" in episode
+    calls = [json.loads(x) for x in (runs[1] / "calls.jsonl").read_text().splitlines()]
+    mine = [c for c in calls if c["episode"] == "iron-man#0" and c["turn"] == 1 and c["role"] == "auditor"]
+    assert mine and all(c["role"] != "narrator" for c in calls), "a rescore never calls the narrator"
+    assert all(f"<b>{c['stage']}</b>" in episode for c in mine)
+    assert "planted by the mock server" in episode  # the conflict check's raw answer, escaped JSON text
+    assert "<details class=\"raw-audit\">" not in index.read_text(), "rendered on demand, not in the page's DOM"
+
+
+def test_cli_rescore(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ncpbench.cli import main
+
+    with MockServer(MockConfig()) as lenient:
+        code = main(["rescore", str(runs[0]), "--auditor", "mock/lenient", "--auditor-base-url", lenient.base_url,
+                     "--out", str(tmp_path / "c"), "--concurrency", "2"])
+    out = capsys.readouterr().out
+    # the lenient auditor passes the original's turn-3 conflict: no recorded reply beyond it -> ERROR
+    assert code == 4 and "re-audited 9 episode(s)" in out and "9 ERROR" in out
+    recs = records(tmp_path / "c")
+    assert all(r.outcome.value == "ERROR" and r.error and "RescoreExhausted" in r.error for r in recs.values())
+    assert all(len(r.history) == 4 for r in recs.values()), "turns 0-3 judged by the new auditor"

@@ -1,21 +1,29 @@
-"""Reports over run folders: comparison and per-genre tables, the survival plot, the HTML report.
+"""Reports over run folders: the headline, comparison and per-genre tables, the survival plot, the HTML report.
 
-`build_report(run_dirs, out_dir)` reads each run (run.json + episodes.jsonl, records only: no
-model layer, agents or auditors), computes `ncpbench.metrics.summarize` per run, per genre and per
-environment, and writes into `out_dir`:
+`build_report(run_dirs, out_dir)` reads each run (run.json + episodes.jsonl, and calls.jsonl for the
+auditor's raw answers, records only: no model layer, agents or auditors), computes
+`ncpbench.metrics.summarize` per run, per genre and per environment, and writes into `out_dir`:
 
+    headline.md / headline.csv       one short row per run: narrator, auditor, protocol, scored /
+                                     errors, conflict-free share, published survival at 10 and 20,
+                                     Kaplan–Meier median, RMST to the run's own limit, progress,
+                                     each role's sampling
     comparison.md / comparison.csv   one row per run: models, counts, metrics with 95% intervals,
                                      survival at a few turns, Kaplan–Meier median and RMST
     genres.md / genres.csv           one row per (genre, run)
     envs.md / envs.csv               one row per (environment, run)
     usage.md / usage.csv             tokens per run and role: prompt, cached prompt (share),
                                      completion, estimated cost (with a price table)
-    survival.png / survival.svg      every run's Kaplan–Meier curve with bands and censor ticks
-    metrics.json                     every summary, machine-readable
-    index.html                       the self-contained HTML report with the transcript viewer
+    survival.png / survival.svg      every run's Kaplan–Meier curve with bands and censor ticks, the
+                                     published survival-at-t markers, a number-at-risk table
+    metrics.json                     every summary, the warnings, the run comparisons (log-rank,
+                                     paired differences), auditor agreement, the at-risk counts
+    index.html                       the self-contained HTML report with the episode browser
 
-All runs share the survival turns and the RMST horizon (the largest turn limit among them), so
-their numbers compare.
+Every markdown file starts with the warnings (`run_warnings`): mock models, mostly (> 50%) ERROR,
+no scored episodes, or not comparable with the first run (environment sets, turn limits,
+protocols, auditors, env versions), each naming the difference. Each run's RMST is to its own
+turn limit; a run without scored episodes has no median, no restricted mean and no curve.
 """
 
 from __future__ import annotations

@@ -1,19 +1,29 @@
 """The static HTML report: one self-contained index.html (inline CSS and JS, the plot as base64 PNG).
 
-Sections: summary, run comparison, survival plot, per-genre and per-environment tables, and the
-episodes: a list per run whose links open a transcript viewer. A transcript is a `<details>`
-element (id `ep-<episode id>`, with `ep-r<run>-<episode id>` when several runs are shown); the
-inline script opens the one named in the URL hash (on load and on hashchange), so
-`index.html#ep-iron-man-0` lands on that episode. Each turn shows the player action, the narrator
-reply with the confirmed conflict evidence marked (`<mark class="evidence">`; a quote not found in
-the reply is shown separately), the verdict, the nodes completed so far, the commitments settled
-and the ledger after the turn.
+Top of the page, on the first screen: a red banner naming every run that is mock, mostly ERROR,
+or not comparable with the first run (and why); the headline table (one short row per run);
+"is the difference real" (log-rank and paired per-environment differences against the first
+run); auditor agreement when one run is a rescore of another. Below, behind toggles: the summary
+in words and the full comparison; then the survival plot with its number-at-risk table, the
+per-genre and per-environment tables, the episode browser, tokens and the runs' metadata.
+
+The episode browser is one table of every episode of every run, filtered and sorted in the page
+(plain JS; `?outcome=CONFLICT&env=iron&genre=Drama&kind=fact&min=3&max=20` in the URL sets the
+filters). Transcripts are not in the DOM: each episode's markup is a string in one JSON data block
+(`<script type="application/json">`, with `<`, `>` and `&` written as \\u escapes so nothing in it
+can close the block), parsed on the first open and rendered into the viewer one episode at a time.
+A transcript is a `<details class="episode">` with id `ep-<episode id>` (one run) or
+`ep-r<run>-<episode id>` (several), characters other than letters, digits, `-` and `_` replaced
+by `-`; the script opens the one named in the URL hash (on load and on hashchange) and also
+accepts the raw episode id (`#ep-iron-man#0`), a turn anchor (`...-t3`) and, with several runs,
+`#ep-<id>` for the first run's. Each turn shows the player action, the narrator reply with the
+confirmed conflict evidence marked (`<mark class="evidence">`; a quote not found in the reply is
+shown separately), the verdict, the nodes completed so far, the commitments settled, the ledger
+after the turn (filled in from the episode's ledger table by cloning its text, never parsing
+markup) and, when the run folder has calls.jsonl, the auditor's raw answers behind a toggle.
 
 Every piece of record and run text goes through `html.escape`: narrator replies, player actions,
-model names and titles are hostile input. The per-turn ledgers are filled in by the script from
-the episode's ledger table (cloning its text, never parsing markup) when the episode opens, so a
-100-turn episode carries its ledger once instead of a hundred times; without script the full
-ledger table, with each fact's added and negated turn, is still there.
+raw model answers, model names and titles are hostile input.
 """
 
 from __future__ import annotations
@@ -130,7 +140,11 @@ details.raw-audit > summary { cursor: pointer; font-size: 13px; color: var(--acc
 SCRIPT = """
 (function () {
   "use strict";
-  var DATA = JSON.parse(document.getElementById("episode-data").textContent);
+  var parsed = null;
+  function data() {  // parsed on the first open, not on load: a big run's page shows its tables at once
+    if (parsed === null) parsed = JSON.parse(document.getElementById("episode-data").textContent);
+    return parsed;
+  }
   var viewer = document.getElementById("viewer");
   function fillLedgers(ep) {
     if (ep.getAttribute("data-filled")) return;
@@ -167,7 +181,7 @@ SCRIPT = """
   function render(anchor) {
     var current = viewer.firstElementChild;
     if (!current || current.id !== anchor) {
-      viewer.innerHTML = DATA[anchor];  // our own escaped markup, generated with the report
+      viewer.innerHTML = data()[anchor];  // our own escaped markup, generated with the report
       current = viewer.firstElementChild;
       current.addEventListener("toggle", function () { if (current.open) fillLedgers(current); });
     }
@@ -180,7 +194,7 @@ SCRIPT = """
     if (!id) return;
     var list = candidates(id);
     for (var i = 0; i < list.length; i++) {
-      if (Object.prototype.hasOwnProperty.call(DATA, list[i])) {
+      if (Object.prototype.hasOwnProperty.call(data(), list[i])) {
         var ep = render(list[i]);
         var target = document.getElementById(id) || ep;
         for (var d = target; d; d = d.parentElement) {
@@ -381,9 +395,7 @@ def turn_html(ts: TurnState, anchor: str, calls: Sequence[dict[str, Any]] = ()) 
     change = f", +{len(ts.added)} new, −{len(ts.negated)} negated" if (ts.added or ts.negated) else ""
     opened = " open" if conflict else ""
     state.append(f'<details class="ledger-at"{opened}><summary>Ledger {when}: {len(ts.facts)} active facts{change}'
-                 f'</summary><noscript><p>See the ledger table at the end of the episode: a fact is active at turn '
-                 f'{t.turn} when added at or before it and not negated by then.</p></noscript>'
-                 f'<ul class="ledger-at" data-turn="{t.turn}"></ul></details>')
+                 f'</summary><ul class="ledger-at" data-turn="{t.turn}"></ul></details>')
     out.append('<div class="state">' + "".join(state) + "</div>" + raw_audit_html(calls) + "</article>")
     return "".join(out)
 
@@ -518,6 +530,9 @@ def tests_html(tests: Sequence[dict[str, Any]]) -> str:
             d = diffs.get(key)
             if d is None:
                 cells.append("—")
+                continue
+            if d["environments"] < 2:
+                cells.append(f"{100 * d['b_minus_a']:+.1f} pts (one environment: no interval)")
                 continue
             star = " *" if d["excludes_zero"] else ""
             cells.append(f"{100 * d['b_minus_a']:+.1f} pts [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]{star}")
