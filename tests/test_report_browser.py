@@ -123,7 +123,7 @@ def test_headline_table_is_visible_without_scrolling_at_1400_px(index: Path) -> 
     assert right <= 1400 and bottom <= 900, f"headline table ends at {right}x{bottom}"
     head = re.search(r'<table class="headline">.*?</table>', dom, re.S)
     assert head and "<th>survival@10</th>" in head.group(0) and "<th>RMST (≤ own limit)</th>" in head.group(0)
-    assert "grounded/1" in head.group(0) and "(≤5)" in head.group(0) and "N: T 0.7 · top-p default" in head.group(0)
+    assert "grounded/1" in head.group(0) and "(≤5)" in head.group(0) and "N 0.7 / – / –" in head.group(0)
     # the banner is on the first screen too: both runs are mock, and they cover different environments
     assert dom.index('class="banner"') < dom.index('<table class="headline">')
     assert "mock models: not a benchmark result" in dom and "not comparable: shaky vs steady" in dom

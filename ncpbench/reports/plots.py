@@ -87,12 +87,16 @@ def survival_figure(curves: Sequence[Curve], title: str = "Survival: episodes wi
         ax.legend(loc="lower left", fontsize=8, frameon=True)
     if table_ax is not None:
         table_ax.set_ylim(-0.5, rows + 0.3)
-        table_ax.set_yticks([])
+        labels = [c.label if len(c.label) <= 18 else c.label[:17] + "…" for c in curves]
+        table_ax.set_yticks([rows - 1 - i for i in range(rows)], labels, fontsize=8)
+        for tick, i in zip(table_ax.get_yticklabels(), range(rows), strict=True):
+            tick.set_color(COLORS[i % len(COLORS)])
         for spine in table_ax.spines.values():
             spine.set_visible(False)
         table_ax.tick_params(left=False, bottom=True)
         table_ax.set_xlabel("turn")
-        table_ax.text(-0.02 * right, rows, "number at risk", fontsize=8, ha="left", va="center", weight="bold")
+        table_ax.text(0, rows, "number at risk (episodes with turn count ≥ t)", fontsize=8, ha="left", va="center",
+                      weight="bold")
         for i, c in enumerate(curves):
             y = rows - 1 - i
             color = COLORS[i % len(COLORS)]

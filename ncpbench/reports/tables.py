@@ -186,18 +186,27 @@ def fmt_compact(e: Estimate | None) -> str:
 HEADLINE_TURNS = (10, 20)
 
 
+def _short_sampling(run: Run, role: str) -> str:
+    """"0.6 / 0.95 / 8092" ("–" for a value the run leaves to the endpoint); "" when the run does not say."""
+    value = run.config.get(role)
+    if not isinstance(value, dict):
+        return ""
+    return " / ".join("–" if (v := value.get(k)) is None else f"{v:g}" for k in ("temperature", "top_p", "max_tokens"))
+
+
 def headline_table(runs: Sequence[tuple[Run, Summary]]) -> Table:
     """The decision table: one short row per run; everything else is in the full comparison."""
     cols = ["run", "narrator", "auditor", "protocol", "scored / errors", "conflict-free",
-            *(f"survival@{t}" for t in HEADLINE_TURNS), "KM median", "RMST (≤ own limit)", "progress", "sampling"]
+            *(f"survival@{t}" for t in HEADLINE_TURNS), "KM median", "RMST (≤ own limit)", "progress", "sampling (T / top-p / max tokens)"]
     csv_cols = ["run", "narrator", "auditor", "protocol", "scored", "errors", "conflict_free_share",
                 *(f"survival_at_{t}" for t in HEADLINE_TURNS), "km_median", "rmst", "rmst_horizon", "progress",
                 "sampling"]
     table = Table("Headline", cols, csv_columns=csv_cols)
     for run, s in runs:
         share = s.conflict_free / s.scored if s.scored else None
-        sampling = "\n".join(f"{role[0].upper()}: {run.sampling(role)}" for role in ("narrator", "player", "auditor")
-                             if run.sampling(role) and not (role == "player" and run.player_mode == "scripted"))
+        sampling = "\n".join(f"{role[0].upper()} {short}" for role in ("narrator", "player", "auditor")
+                             if (short := _short_sampling(run, role))
+                             and not (role == "player" and run.player_mode == "scripted"))
         protocol = ", ".join(run.protocols) or "—"
         if s.scored:
             median = "not reached" if s.km_median is None else f"{s.km_median:g}"
