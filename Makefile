@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV ?= iron-man
 DEMO_TURNS ?= 3
 
-.PHONY: demo demo-scripted test test-local test-reliability lint typecheck imports clean
+.PHONY: demo demo-scripted test test-local test-extras test-reliability lint typecheck imports clean
 
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,15 @@ test: lint typecheck imports
 
 test-reliability: $(VENV)/.dev
 	$(PY) -m pytest -q tests/test_reliability_*.py $(PYTEST_ARGS)
+
+# The optional integrations (inspect_ai, verifiers) with their own tests; each skips without its extra.
+EXTRAS ?= inspect,verifiers
+$(VENV)/.extras: $(VENV)/.dev
+	$(PY) -m pip install -q -e ".[dev,$(EXTRAS)]"
+	touch $@
+
+test-extras: $(VENV)/.extras
+	$(PY) -m pytest -q tests/test_integrations_*.py $(PYTEST_ARGS)
 
 test-local: $(VENV)/.local
 	$(PY) -m pytest -q -m local_model --run-local $(PYTEST_ARGS)
