@@ -376,7 +376,7 @@ async def _fingerprint_calls(config: RunConfig) -> list[tuple[str, Any]]:
                    LLMPlayer(client, fixed(config.player), mode=config.player_mode, salt="fingerprint"))
     auditor = LLMAuditor(client, fixed(config.auditor), salt="fingerprint")
     env = NarrativeEnv(get_spec(PROMPT_FIXTURE_ENV), player=player, auditor=auditor, max_turns=3,
-                       protocol=config.protocol)
+                       protocol=config.audit_protocol())
     await play_episode(env, narrator, seed=0)
     if env.error:
         raise RuntimeError(env.error)
@@ -397,7 +397,7 @@ def batch_identity(config: RunConfig, settings: BatchSettings, dataset_hash: str
     return {
         "ncpbench_version": __version__,
         "protocol": {"name": config.protocol, "version": _protocol_version(config.protocol),
-                     "label": get_protocol(config.protocol).label},
+                     "label": config.audit_protocol().label},
         "player_mode": config.player_mode,
         "roles": roles,
         "plugins": plugin_refs(config),
@@ -764,7 +764,7 @@ class BatchRunner:
             if self.player_factory is not None:
                 player = self.player_factory(task)
             env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns,
-                               protocol=self.config.protocol)
+                               protocol=self.config.audit_protocol())
             resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:

@@ -223,3 +223,27 @@ def test_the_gullible_double_does_obey_unfenced_text(tiny: Spec, monkeypatch: py
     client = GullibleClient()
     verdict = asyncio.run(LLMAuditor(client, RoleConfig(model="mock/x")).audit(_hostile_request(tiny, INJECTIONS[0])))  # type: ignore[arg-type]
     assert client.obeyed > 0 and not verdict.conflicts
+
+
+def test_compact_context_is_a_labelled_deviation_that_drops_old_exchanges(tiny: Spec) -> None:
+    from ncpbench.models.config import RunConfig
+
+    compact = RunConfig(audit_context="compact", recent_turns=2).audit_protocol()
+    assert compact.label == "published/1+compact2" and RunConfig().audit_protocol().label == "published/1"
+    with MockServer(MockConfig(advance_every=0)) as server, MockServer() as nserver:
+        client = RecordingClient()
+        role = RoleConfig(model="mock/judge", base_url=server.base_url)
+
+        async def go() -> EpisodeRecord:
+            env = NarrativeEnv(tiny, player=ScriptedPlayer(), auditor=LLMAuditor(client, role), max_turns=6,
+                               protocol=compact)
+            try:
+                return await play_episode(env, ReplayNarrator([OPENING, "The ferry drifts on."]), seed=3)
+            finally:
+                await client.aclose()
+
+        record = asyncio.run(go())
+    assert record.protocol == "published/1+compact2"
+    last = by_stage(client)["conflict_check"][-1]
+    assert OPENING not in last and "earlier exchanges are summarised by the ledger" in last
+    assert "Active facts now:" in last
