@@ -230,7 +230,7 @@ def test_compact_context_is_a_labelled_deviation_that_drops_old_exchanges(tiny: 
 
     compact = RunConfig(audit_context="compact", recent_turns=2).audit_protocol()
     assert compact.label == "published/1+compact2" and RunConfig().audit_protocol().label == "published/1"
-    with MockServer(MockConfig(advance_every=0)) as server, MockServer() as nserver:
+    with MockServer(MockConfig(advance_every=0)) as server:
         client = RecordingClient()
         role = RoleConfig(model="mock/judge", base_url=server.base_url)
 
