@@ -9,10 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from ncpbench.auditors import prompts
 
 from ncpbench.auditeval import (
     CATEGORIES,
     CLEAN_CATEGORIES,
+    LONG_RANGE_CATEGORIES,
     AuditCase,
     CaseResult,
     Gold,
@@ -37,6 +39,7 @@ from ncpbench.dataset import bundled
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
+from ncpbench.protocol import PUBLISHED, AuditProtocol
 from ncpbench.protocols import AuditRequest
 from ncpbench.spec import Spec
 from ncpbench.trajectory import TrajectoryGraph
@@ -468,3 +471,181 @@ def test_reports_escape_every_piece_of_text() -> None:
     assert page.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;b&gt;") == 8
     md = render_markdown([Table(["a|b"], [["x|y"]])])
     assert "a\\|b" in md and "x\\|y" in md
+
+
+# -- long-range cases (opt-in: appended after the standard cases, so no index moves) ---------------
+
+LONG = ("long_fact_ledger", "long_fact_narration", "hn_long_consistent")
+
+
+@pytest.fixture(scope="module")
+def long_cases(specs: list[Spec]) -> list[AuditCase]:
+    return generate_suite(specs, 0, seed=0, long_range=36)
+
+
+def _detail_key(case: AuditCase) -> str:
+    """The phrase of the early detail that no later turn uses: the object, 'ribbon' or 'right hand'."""
+    from ncpbench.auditeval.cases import PROPS
+
+    found = [p for p in PROPS if p in case.detail] + [k for k in ("ribbon", "right hand") if k in case.detail]
+    assert len(found) == 1, case.detail
+    return found[0]
+
+
+def _prompt(case: AuditCase, spec: Spec, protocol: AuditProtocol | None = None) -> str:
+    content: str = prompts.messages("conflict_check", case.request(spec, protocol))[1]["content"]
+    return content
+
+
+def _active_facts(prompt: str) -> str:
+    return prompt.split("Active facts now:", 1)[1].split("</story_facts>", 1)[0]
+
+
+def test_long_range_cases_are_opt_in_deterministic_and_leave_existing_indices_alone(
+        specs: list[Spec], suite: list[AuditCase], long_cases: list[AuditCase], tmp_path: Path) -> None:
+    mixed = generate_suite(specs, 27, seed=0, long_range=36)
+    assert mixed[:27] == suite[:27]  # the standard cases are untouched
+    tail = mixed[27:]
+    assert [c.index for c in tail] == list(range(27, 63))
+    # A long-range case's content and id do not depend on how many standard cases come first.
+    assert [c.model_copy(update={"index": 0}) for c in tail] == [c.model_copy(update={"index": 0}) for c in long_cases]
+    assert [c.id for c in long_cases[:3]] == [f"L00{j}-{cat}-{long_cases[j].env_id}" for j, cat in enumerate(LONG)]
+    dump_cases(generate_suite(specs, 0, seed=0, long_range=36), tmp_path / "a.jsonl")
+    dump_cases(long_cases, tmp_path / "b.jsonl")
+    dump_cases(generate_suite(specs, 0, seed=1, long_range=36), tmp_path / "c.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()
+    assert load_cases(tmp_path / "b.jsonl") == long_cases
+    assert Counter(c.category for c in long_cases) == {cat: 12 for cat in LONG}
+    assert LONG_RANGE_CATEGORIES == LONG
+    # Every (detail kind, ledger/narration) pair appears among the hard negatives.
+    assert len({c.variant for c in long_cases if c.category == "hn_long_consistent"}) == 6
+
+
+def test_the_early_detail_is_at_least_ten_committed_turns_before_the_reply(
+        specs: list[Spec], long_cases: list[AuditCase]) -> None:
+    by_key = {s.key: s for s in specs}
+    for case in long_cases:
+        graph = TrajectoryGraph(by_key[case.env_id])
+        state, t = case.state, case.detail_turn
+        assert t in (1, 2) and state.turn - t >= 10 and case.detail_distance == state.turn + 1 - t >= 11, case.id
+        assert len(state.transcript) == state.turn + 1 and state.transcript[t].narrator_reply == case.detail
+        key = _detail_key(case)
+        assert not [ex.turn for ex in state.transcript[t + 1:] if key in ex.narrator_reply or
+                    any(key in f for f in ex.facts_added)], case.id  # the filler never speaks of it
+        assert state.completed_nodes == tuple(graph.order[:len(state.completed_nodes)]) and state.completed_nodes
+        assert case.frontier == tuple(graph.frontier(state.completed_nodes)) and case.planted in case.reply
+        in_ledger = case.variant.endswith("+ledger")
+        added = state.transcript[t].facts_added
+        if in_ledger:  # the detail's turn committed it as a fact, still active
+            (entry,) = added
+            fid = entry.split(":", 1)[0]
+            assert fid in {f.id for f in state.ledger.active()} and key in state.ledger.get(fid).content
+        else:  # the detail's turn's fact update added nothing; no fact anywhere holds it
+            assert added == () and not [f for f in state.ledger.facts if key in f.content], case.id
+        if case.category == "long_fact_ledger":
+            assert in_ledger and case.gold.kinds == [FACT] and case.gold.targets == {"fact": [fid]}
+        elif case.category == "long_fact_narration":
+            # A conflict with earlier narration: kind fact, no id to name (any id or none is accepted).
+            assert not in_ledger and case.gold.kinds == [FACT] and case.gold.targets == {}
+            assert case.gold.tolerated == [COMMITMENT]
+        else:
+            assert case.gold.is_clean and not case.gold.completes and not case.gold.satisfied
+
+
+def test_compact_context_drops_the_early_narration_and_keeps_only_ledger_facts(
+        specs: list[Spec], long_cases: list[AuditCase]) -> None:
+    by_key = {s.key: s for s in specs}
+    for case in long_cases:
+        spec = by_key[case.env_id]
+        full = _prompt(case, spec)
+        assert case.detail in full and "Active facts now" not in full, case.id
+        for n in (1, 6, 10):  # every detail is >= 11 turns back
+            compact = _prompt(case, spec, PUBLISHED.with_context("compact", n))
+            assert case.detail not in compact, (case.id, n)
+            facts = _active_facts(compact)
+            if case.variant.endswith("+ledger"):
+                fid = case.state.transcript[case.detail_turn or 0].facts_added[0].split(":", 1)[0]
+                assert f"{fid}: {case.state.ledger.get(fid).content}" in facts, case.id
+            else:
+                assert _detail_key(case) not in facts, case.id
+        # Enough recent exchanges bring the detail back.
+        assert case.detail in _prompt(case, spec, PUBLISHED.with_context("compact", 20))
+
+
+class PromptBoundAuditor:
+    """Knows the gold answer but may only claim a conflict it can see the evidence for: the early
+    narration or the ledger fact that holds the detail must appear in the prompt, before the reply."""
+
+    def __init__(self, cases: list[AuditCase]) -> None:
+        self.cases = {(c.state.model_dump_json(), c.reply): c for c in cases}  # replies repeat across cases
+        self.protocols: set[str] = set()
+
+    def audit(self, request: AuditRequest) -> Verdict:
+        case = self.cases[(request.state.model_dump_json(), request.reply)]
+        self.protocols.add(request.protocol.label)
+        prompt: str = prompts.messages("conflict_check", request)[1]["content"]
+        seen = prompt.split("Narrator reply under audit:")[0]
+        facts = case.gold.targets.get("fact", [])
+        visible = case.detail in seen or any(request.state.ledger.get(f).content in seen for f in facts)
+        if case.gold.is_clean or not visible:
+            return Verdict()
+        return Verdict(conflicts=[Conflict(kind=FACT, target=next(iter(facts), None), evidence=case.planted,
+                                           reason="contradicts the early detail")])
+
+
+def test_a_prompt_bound_auditor_loses_narration_only_recall_in_compact_context(
+        specs: list[Spec], long_cases: list[AuditCase], tmp_path: Path) -> None:
+    cases = long_cases[:18]  # 6 per category: 6 ledger conflicts, 6 narration-only conflicts, 6 negatives
+    auditor = PromptBoundAuditor(cases)
+    full = score(cases, asyncio.run(evaluate(auditor, cases, 4)), bootstrap_rounds=50)
+    compact = score(cases, asyncio.run(evaluate(auditor, cases, 4, protocol=PUBLISHED.with_context("compact", 6))),
+                    bootstrap_rounds=50)
+    assert auditor.protocols == {"published/1", "published/1+compact6"}  # the protocol reached every request
+    # Full context: every detail is in the log -> 12/12 fact conflicts found, no false alarm on the 6 negatives.
+    f = full.kinds["fact"]
+    assert (f.tp, f.fp, f.fn, f.tn) == (12, 0, 0, 6) and f.recall.value == 1.0
+    assert full.by_category["long_fact_narration"]["correct"] == 6
+    # Compact, last 6 exchanges (every detail is >= 11 turns back): the ledger variant still shows the fact
+    # (6/6), the narration-only variant shows nothing (0/6) -> recall 6/12 = 0.5; Wilson 6/12 = (0.2538, 0.7462).
+    c = compact.kinds["fact"]
+    assert (c.tp, c.fp, c.fn, c.tn) == (6, 0, 6, 6) and c.recall.value == 0.5
+    assert (c.recall.low, c.recall.high) == pytest.approx((0.2538, 0.7462), abs=1e-4)
+    assert compact.by_category["long_fact_ledger"] == {"n": 6, "correct": 6, "none": 0, "fact": 6, "commitment": 0,
+                                                       "player_input": 0}
+    assert compact.by_category["long_fact_narration"]["fact"] == 0
+    assert compact.by_category["long_fact_narration"]["none"] == 6
+    assert compact.fpr_hard_negatives.k == 0 and compact.fpr_hard_negatives.n == 6
+
+    # The same through run_audit_eval: run.json and the report say which context was used.
+    s = asyncio.run(run_audit_eval(PromptBoundAuditor(long_cases), tmp_path, specs=specs, n=0, long_range=18,
+                                   protocol=PUBLISHED.with_context("compact", 6), bootstrap_rounds=50))
+    assert s.kinds["fact"].recall.value == 0.5
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert (info["audit context"], info["protocol"], info["long-range cases"]) == (
+        "compact, last 6 exchanges", "published/1+compact6", "18")
+    md = (tmp_path / "report.md").read_text()
+    assert "## Long-range cases" in md and "Audit context of this run: compact, last 6 exchanges" in md
+    assert "| long_fact_narration | 6 | 11–" in md and "fact recall 0.0%" in md and "fact recall 100.0%" in md
+    assert "| hn_long_consistent | 6 |" in md
+    assert rescore(tmp_path, bootstrap_rounds=50).model_dump() == s.model_dump()
+    assert "Audit context of this run: compact, last 6 exchanges" in (tmp_path / "report.md").read_text()
+
+
+def test_cli_takes_long_range_and_audit_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    audit_eval.register(parser.add_subparsers(dest="command"))
+
+    def run(*argv: str) -> int:
+        args = parser.parse_args(["audit-eval", *argv])
+        return int(args.func(args))
+
+    assert run("--generate-only", "--cases", "0", "--long-range", "6", "--out", str(tmp_path / "g")) == 0
+    assert [c.category for c in load_cases(tmp_path / "g" / "cases.jsonl")] == list(LONG) * 2
+    assert run("--auditor", "mock/default", "--cases", "0", "--long-range", "3", "--audit-context", "compact",
+               "--recent-turns", "4", "--bootstrap", "20", "--out", str(tmp_path / "r")) == 0
+    info = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert (info["audit context"], info["protocol"]) == ("compact, last 4 exchanges", "published/1+compact4")
+    out = capsys.readouterr().out
+    assert "long_fact_narration" in out and "hn_long_consistent" in out
+    assert "## Long-range cases" in (tmp_path / "r" / "report.md").read_text()

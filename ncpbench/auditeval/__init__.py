@@ -21,29 +21,34 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ncpbench.auditeval.cases import (
+    ALL_CATEGORIES,
     CATEGORIES,
     CLEAN_CATEGORIES,
     DEFAULT_CASES,
     HARD_NEGATIVES,
+    LONG_RANGE_CATEGORIES,
     AuditCase,
     GenerationError,
     Gold,
     dump_cases,
     generate_suite,
     load_cases,
+    make_long_case,
     narrate_violation,
     negate_fact,
 )
 from ncpbench.auditeval.evaluate import CaseResult, dump_results, evaluate, load_results
 from ncpbench.auditeval.report import render_html, render_markdown, write_reports
 from ncpbench.auditeval.scoring import Scores, bootstrap_f1, score, wilson
+from ncpbench.protocol import DEFAULT_PROTOCOL, AuditProtocol
 from ncpbench.protocols import Auditor
 from ncpbench.spec import Spec
 
 __all__ = [
-    "CATEGORIES", "CLEAN_CATEGORIES", "DEFAULT_CASES", "HARD_NEGATIVES", "AuditCase", "CaseResult",
-    "GenerationError", "Gold", "Scores", "bootstrap_f1", "dump_cases", "dump_results", "evaluate",
-    "generate_suite", "load_cases", "load_results", "narrate_violation", "negate_fact", "render_html",
+    "ALL_CATEGORIES", "CATEGORIES", "CLEAN_CATEGORIES", "DEFAULT_CASES", "HARD_NEGATIVES", "LONG_RANGE_CATEGORIES",
+    "AuditCase", "CaseResult", "GenerationError", "Gold", "Scores", "audit_context_text", "bootstrap_f1",
+    "dump_cases", "dump_results", "evaluate", "generate_suite", "load_cases", "load_results", "make_long_case",
+    "narrate_violation", "negate_fact", "render_html",
     "render_markdown", "rescore", "run_audit_eval", "score", "wilson", "write_reports",
 ]
 
@@ -51,13 +56,18 @@ __all__ = [
 async def run_audit_eval(auditor: Auditor, out_dir: str | Path, *, specs: Sequence[Spec], n: int = DEFAULT_CASES,
                          seed: int = 0, concurrency: int = 4, meta: Mapping[str, str] | None = None,
                          bootstrap_rounds: int = 2000,
-                         on_result: Callable[[AuditCase, CaseResult], None] | None = None) -> Scores:
-    """Generate the suite, audit every case, score, and write everything into `out_dir`."""
+                         on_result: Callable[[AuditCase, CaseResult], None] | None = None,
+                         long_range: int = 0, protocol: AuditProtocol | None = None) -> Scores:
+    """Generate the suite (`n` cases plus `long_range` long-range cases), audit every case under
+    `protocol` (default: published, full context), score, and write everything into `out_dir`.
+    run.json and the reports record the audit context."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cases = generate_suite(specs, n, seed)
+    proto = protocol or DEFAULT_PROTOCOL
+    cases = generate_suite(specs, n, seed, long_range=long_range)
     dump_cases(cases, out / "cases.jsonl")
-    info = {"cases": str(len(cases)), "seed": str(seed), "concurrency": str(concurrency),
+    info = {"cases": str(len(cases)), "long-range cases": str(long_range), "seed": str(seed),
+            "concurrency": str(concurrency), "protocol": proto.label, "audit context": audit_context_text(proto),
             "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"), **(meta or {})}
     run_json = out / "run.json"
     run_json.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")  # before any call
@@ -70,11 +80,18 @@ async def run_audit_eval(auditor: Auditor, out_dir: str | Path, *, specs: Sequen
             if on_result is not None:
                 on_result(case, result)
 
-        results = await evaluate(auditor, cases, concurrency, specs=by_spec, on_result=record)
+        results = await evaluate(auditor, cases, concurrency, specs=by_spec, on_result=record, protocol=proto)
     info["wall time"] = f"{time.perf_counter() - started:.1f} s"
     run_json.write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     dump_results(results, out / "results.jsonl")  # rewritten in case order
     return _finish(out, cases, results, info, seed, bootstrap_rounds)
+
+
+def audit_context_text(protocol: AuditProtocol) -> str:
+    """How run.json and the reports name the audit context: 'full' or 'compact, last 6 exchanges'."""
+    if protocol.audit_context == "full":
+        return "full"
+    return f"compact, last {protocol.recent_turns} exchanges"
 
 
 def rescore(out_dir: str | Path, *, seed: int | None = None, bootstrap_rounds: int = 2000) -> Scores:

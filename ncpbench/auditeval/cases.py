@@ -20,8 +20,21 @@ Categories (equal shares; the case index decides the category, so any prefix is 
     hn_fact_event           changes an established fact through an explicit event (hard negative)
     hn_rumour               a rumour near a guarded secret that confirms nothing  (hard negative)
 
+Long-range categories (opt-in: `generate_suite(..., long_range=M)` appends M of them, in rotation,
+after the n cases above, so no existing index moves):
+
+    long_fact_ledger        contradicts a detail narrated in turn 1-2 and committed as a fact,
+                            10-14 committed turns of unrelated narration before the reply
+    long_fact_narration     the same, but the early turn's fact update added nothing: the detail
+                            lives only in the narration
+    hn_long_consistent      the same long history (either variant), a reply consistent with the
+                            early detail                                        (hard negative)
+
+They measure what an audit context that drops old exchanges (`compact`) costs in recall.
+
 Deterministic: case i depends only on (seed, i, the spec list), so the same seed gives identical
-cases and `generate_suite(specs, 40, s)` is a prefix of `generate_suite(specs, 540, s)`.
+cases and `generate_suite(specs, 40, s)` is a prefix of `generate_suite(specs, 540, s)`; long-range
+case j depends only on (seed, j, the spec list).
 See docs/AUDITOR_VALIDITY.md for the construction and why each label holds.
 """
 
@@ -38,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ncpbench.commitments import Status, structural_updates
 from ncpbench.jsonl import write_jsonl
 from ncpbench.ledger import FactDiff
-from ncpbench.protocol import GROUNDED, apply_turn
+from ncpbench.protocol import DEFAULT_PROTOCOL, GROUNDED, AuditProtocol, apply_turn
 from ncpbench.protocols import AuditRequest
 from ncpbench.spec import Commitment, CommitmentType, Node, Spec
 from ncpbench.state import EpisodeState
@@ -52,6 +65,12 @@ CATEGORIES: tuple[str, ...] = (
 CLEAN_CATEGORIES = ("clean", "hn_blocked_with_reason", "hn_fact_event", "hn_rumour")
 """Categories whose gold label has no conflict: the controls for the false-positive rate."""
 HARD_NEGATIVES = ("hn_blocked_with_reason", "hn_fact_event", "hn_rumour")
+LONG_RANGE_CATEGORIES: tuple[str, ...] = ("long_fact_ledger", "long_fact_narration", "hn_long_consistent")
+"""Opt-in (`long_range=M`): an early detail, >= 10 committed turns of unrelated narration, then the reply."""
+ALL_CATEGORIES = CATEGORIES + LONG_RANGE_CATEGORIES
+LONG_CLEAN = ("hn_long_consistent",)
+LONG_GAP = (10, 14)
+"""Committed turns of unrelated narration between the detail's turn and the reply (inclusive range)."""
 DEFAULT_CASES = 60 * len(CATEGORIES)
 """540: sixty per category."""
 MAX_ATTEMPTS = 64
@@ -108,10 +127,20 @@ class AuditCase(BaseModel):
     planted: str = ""
     """The sentence that carries the violation (or the hard negative's bait); empty for clean."""
     gold: Gold
+    detail: str = ""
+    """Long-range cases: the early narrated sentence the reply contradicts (or agrees with)."""
+    detail_turn: int | None = None
+    """Long-range cases: the committed turn that narrated `detail` (1 or 2)."""
 
-    def request(self, spec: Spec) -> AuditRequest:
+    @property
+    def detail_distance(self) -> int | None:
+        """Turns from the detail's turn to the reply under audit (state.turn + 1 - detail_turn)."""
+        return None if self.detail_turn is None else self.state.turn + 1 - self.detail_turn
+
+    def request(self, spec: Spec, protocol: AuditProtocol | None = None) -> AuditRequest:
+        """The audit request; `protocol` (default: the published preset) decides the audit context."""
         return AuditRequest(spec=spec, state=self.state, player_action=self.player_action, reply=self.reply,
-                            frontier=self.frontier)
+                            frontier=self.frontier, protocol=protocol or DEFAULT_PROTOCOL)
 
 
 # -- the player's actions and the replies that go with them --------------------------------------
@@ -674,15 +703,154 @@ def make_case(specs: Sequence[Spec], graphs: Sequence[TrajectoryGraph], index: i
     raise GenerationError(f"no spec can host a {cat!r} case (tried {min(MAX_ATTEMPTS, len(specs) * 2)} draws)")
 
 
-def generate_suite(specs: Iterable[Spec], n: int = DEFAULT_CASES, seed: int = 0) -> list[AuditCase]:
+def generate_suite(specs: Iterable[Spec], n: int = DEFAULT_CASES, seed: int = 0,
+                   long_range: int = 0) -> list[AuditCase]:
     """`n` labelled cases over `specs`, categories in rotation (balanced to within one), specs in a
-    seeded order. The same (specs, n, seed) always gives the same cases; a smaller `n` gives a prefix."""
+    seeded order. The same (specs, n, seed) always gives the same cases; a smaller `n` gives a prefix.
+    `long_range` appends that many long-range cases (LONG_RANGE_CATEGORIES in rotation) after them,
+    indices n, n+1, ...; their content and ids do not depend on `n`."""
     pool = sorted(specs, key=lambda s: s.key)
     if not pool:
         raise GenerationError("no specs to generate cases from")
     random.Random(f"ncpbench-auditeval-order|{seed}").shuffle(pool)
     graphs = [TrajectoryGraph(s) for s in pool]
-    return [make_case(pool, graphs, i, seed) for i in range(n)]
+    return ([make_case(pool, graphs, i, seed) for i in range(n)]
+            + [make_long_case(pool, graphs, j, seed, index=n + j) for j in range(long_range)])
+
+
+# -- long-range cases ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Detail:
+    """A concrete detail the player establishes early, and three ways to speak of it later."""
+
+    kind: str
+    act: str
+    """The player's action in the detail's turn."""
+    narration: str
+    """The detail's turn's reply: the one place the story says it."""
+    fact: str
+    """What a fact update would record (the ledger variant commits it; the narration variant does not)."""
+    contra: str
+    """A sentence that contradicts it with no in-story cause."""
+    consistent: str
+    """A sentence that agrees with it (the hard negative)."""
+    key: str
+    """A phrase of the detail that no filler turn ever uses (tests look for it)."""
+
+
+DETAIL_KINDS = ("object", "ribbon", "wound")
+_COLOURS = (("red", "blue"), ("green", "yellow"), ("white", "black"))
+FILLER = ("A little time passes.", "Nobody pays you much attention.", "The air grows a little cooler.",
+          "Voices rise somewhere nearby, then fade.", "For a while nothing much happens.", "")
+"""Ambient sentences appended to filler turns: they mention no object, no colour, no body part."""
+
+
+def make_detail(kind: str, role: str, rng: random.Random) -> Detail:
+    if kind == "object":
+        obj = rng.choice(PROPS)
+        return Detail(kind, f"I pick up {obj} and keep it with me.", f"You pick up {obj} and keep it with you.",
+                      f"{role} is carrying {obj}.",
+                      f"Your hands and pockets are empty; you have not carried {obj} at any point today.",
+                      f"You check your pockets: {obj} is still with you, just where you put it.", obj)
+    if kind == "ribbon":
+        colour, other = rng.choice(_COLOURS)
+        return Detail(kind, f"I tie a {colour} ribbon around my left wrist.",
+                      f"You find a strip of {colour} ribbon and tie it around your left wrist.",
+                      f"{role} wears a {colour} ribbon tied around the left wrist.",
+                      f"You glance at the ribbon around your left wrist: it is {other}, as it has been since you "
+                      "tied it on.",
+                      f"You glance at the {colour} ribbon around your left wrist; it is still tied fast.",
+                      f"{colour} ribbon")
+    return Detail(kind, "I bind the cut on my right hand with a strip of cloth.",
+                  "You bind the cut on your right hand with a strip of cloth. It stings, but it will heal.",
+                  f"{role} has a cut on the right hand, bound with cloth.",
+                  "You flex your right hand. The skin is whole and unmarked; it has never been cut or bound.",
+                  "Your bound right hand still stings where it was cut.", "right hand")
+
+
+def build_long_state(spec: Spec, graph: TrajectoryGraph, rng: random.Random, detail: Detail, in_ledger: bool,
+                     completed: int) -> tuple[EpisodeState, int, str | None]:
+    """Opening, then turn 1 or 2 narrates `detail` (and commits `detail.fact` when `in_ledger`; else
+    its fact update adds nothing), then LONG_GAP committed turns of ordinary narration that never
+    mention it, completing the first `completed` plot nodes on turns of their own. Returns the state,
+    the detail's turn and the detail's fact id (None when not in the ledger)."""
+    role = spec.meta.player_role
+    opening = f"The story begins. You are {role}. " + " ".join(f.content for f in spec.initial_facts[:2])
+    state = EpisodeState.initial(spec).with_opening(opening, FactDiff())
+    detail_turn = rng.randint(1, 2)
+    turns = detail_turn + rng.randint(*LONG_GAP)
+    nodes = [graph.descriptions[n] for n in graph.order[:completed]]
+    slots = sorted(rng.sample([t for t in range(1, turns + 1) if t != detail_turn], len(nodes)))
+    node_at = dict(zip(slots, nodes, strict=True))
+    fact_id: str | None = None
+    last: Action | None = None
+    for t in range(1, turns + 1):
+        add: list[str] = []
+        done: list[str] = []
+        if t == detail_turn:
+            act, reply = detail.act, detail.narration
+            if in_ledger:
+                fact_id = state.ledger.next_id()
+                add.append(detail.fact)
+        else:
+            action = rng.choice([a for a in ACTIONS if a is not last])
+            last = action
+            act, reply = action.act, f"{action.ack} {rng.choice(FILLER)}".strip()
+            node = node_at.get(t)
+            if node is not None:
+                reply += f" {node_text(node)}"
+                add.append(node.key_delta)
+                done.append(node.id)
+        verdict = Verdict(fact_diff=FactDiff(add=add), completed_nodes=done)
+        state = apply_turn(spec, graph, state, act, reply, verdict, GROUNDED, max_turns=10**6).state
+    return state, detail_turn, fact_id
+
+
+def make_long_case(specs: Sequence[Spec], graphs: Sequence[TrajectoryGraph], j: int, seed: int,
+                   index: int | None = None) -> AuditCase:
+    """Long-range case `j` for `seed` (category LONG_RANGE_CATEGORIES[j % 3]); `index` is its place in
+    the suite (default j). Rotation: the detail kind is DETAIL_KINDS[(j // 3) % 3]; a hard negative
+    has the ledger variant when (j // 3) is even, so every (kind, variant) pair recurs every 18 cases."""
+    cat = LONG_RANGE_CATEGORIES[j % len(LONG_RANGE_CATEGORIES)]
+    kind = DETAIL_KINDS[(j // 3) % len(DETAIL_KINDS)]
+    in_ledger = cat == "long_fact_ledger" or (cat == "hn_long_consistent" and (j // 3) % 2 == 0)
+    start = j % len(specs)
+    for attempt in range(min(MAX_ATTEMPTS, len(specs) * 2)):
+        spec, graph = specs[(start + attempt) % len(specs)], graphs[(start + attempt) % len(specs)]
+        rng = random.Random(f"ncpbench-auditeval-long|{seed}|{j}|{attempt}")
+        detail = make_detail(kind, spec.meta.player_role, rng)
+        state, turn, fid = build_long_state(spec, graph, rng, detail, in_ledger,
+                                            rng.randint(1, _max_completed(spec)))
+        later = " ".join([*(ex.narrator_reply + " " + " ".join(ex.facts_added) for ex in state.transcript[turn + 1:]),
+                          *(f.content for f in spec.initial_facts)])
+        if state.done or detail.key.lower() in later.lower():
+            continue  # a plot turn or a premise that speaks of the detail would give it away (or change it)
+        action = rng.choice(ACTIONS)
+        gap = state.turn - turn
+        where = (f"{fid} ('{detail.fact}') was committed with turn {turn}" if fid else
+                 f"turn {turn} narrated it ('{detail.narration}') and its fact update added nothing, so no fact id "
+                 "holds it")
+        variant = f"{kind}+{'ledger' if in_ledger else 'narration'}"
+        if cat == "hn_long_consistent":
+            planted = detail.consistent
+            gold = Gold(why=f"{where}; {gap} committed turns of unrelated narration later the reply agrees with it")
+        else:
+            planted = detail.contra
+            gold = Gold(kinds=[ConflictKind.FACT], targets={"fact": [fid]} if fid else {},
+                        tolerated=[ConflictKind.COMMITMENT],
+                        why=f"{where}; {gap} committed turns of unrelated narration later the reply contradicts it "
+                            "with no event that changed it" + ("" if fid else
+                                                               " (a conflict with earlier narration: any fact id, or "
+                                                               "none, is accepted)"))
+        front = tuple(graph.frontier(state.completed_nodes))
+        i = j if index is None else index
+        return AuditCase(id=f"L{j:03d}-{cat}-{spec.key}", index=i, category=cat, variant=variant, env_id=spec.key,
+                         state=state, player_action=action.act, reply=f"{action.ack} {planted}", frontier=front,
+                         frontier_node=graph.current(state.completed_nodes), planted=planted, gold=gold,
+                         detail=detail.narration, detail_turn=turn)
+    raise GenerationError(f"no spec can host a {cat!r} case")
 
 
 # -- files ---------------------------------------------------------------------------------------

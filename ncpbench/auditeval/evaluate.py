@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from ncpbench.auditeval.cases import AuditCase
 from ncpbench.env import resolve
 from ncpbench.jsonl import write_jsonl
+from ncpbench.protocol import AuditProtocol
 from ncpbench.protocols import Auditor
 from ncpbench.spec import Spec
 from ncpbench.verdict import Verdict
@@ -42,10 +43,11 @@ def _specs_for(cases: Sequence[AuditCase], specs: Mapping[str, Spec] | None) -> 
     return bundled().specs
 
 
-async def audit_case(auditor: Auditor, case: AuditCase, spec: Spec) -> CaseResult:
+async def audit_case(auditor: Auditor, case: AuditCase, spec: Spec,
+                     protocol: AuditProtocol | None = None) -> CaseResult:
     started = time.perf_counter()
     try:
-        verdict = await resolve(auditor.audit(case.request(spec)))
+        verdict = await resolve(auditor.audit(case.request(spec, protocol)))
         if not isinstance(verdict, Verdict):
             raise TypeError(f"audit() returned {type(verdict).__name__}, not a Verdict")
         return CaseResult(case_id=case.id, verdict=verdict, seconds=round(time.perf_counter() - started, 3))
@@ -56,11 +58,14 @@ async def audit_case(auditor: Auditor, case: AuditCase, spec: Spec) -> CaseResul
 
 async def evaluate(auditor: Auditor, cases: Sequence[AuditCase], concurrency: int = 4, *,
                    specs: Mapping[str, Spec] | None = None,
-                   on_result: Callable[[AuditCase, CaseResult], None] | None = None) -> list[CaseResult]:
+                   on_result: Callable[[AuditCase, CaseResult], None] | None = None,
+                   protocol: AuditProtocol | None = None) -> list[CaseResult]:
     """Audit every case (at most `concurrency` at once); results come back in case order.
 
     `specs` maps env ids to specs (default: the bundled environments); `on_result` is called as
-    each case finishes (progress lines, incremental writes)."""
+    each case finishes (progress lines, incremental writes); `protocol` goes into every request
+    (default: the published preset, full context; `PUBLISHED.with_context("compact", N)` shows the
+    auditor only the ledger and the last N exchanges)."""
     known = _specs_for(cases, specs)
     missing = sorted({c.env_id for c in cases} - set(known))
     if missing:
@@ -69,7 +74,7 @@ async def evaluate(auditor: Auditor, cases: Sequence[AuditCase], concurrency: in
 
     async def one(case: AuditCase) -> CaseResult:
         async with limit:
-            result = await audit_case(auditor, case, known[case.env_id])
+            result = await audit_case(auditor, case, known[case.env_id], protocol)
         if on_result is not None:
             on_result(case, result)
         return result

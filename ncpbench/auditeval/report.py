@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncpbench.auditeval.cases import CATEGORIES, AuditCase
+from ncpbench.auditeval.cases import ALL_CATEGORIES, LONG_RANGE_CATEGORIES, AuditCase
 from ncpbench.auditeval.evaluate import CaseResult
-from ncpbench.auditeval.scoring import Agreement, Proportion, Scores
+from ncpbench.auditeval.scoring import Agreement, Proportion, Scores, wilson
 
 
 @dataclass
@@ -111,13 +111,15 @@ def blocks(cases: Sequence[AuditCase], results: Sequence[CaseResult], scores: Sc
     out.append(Para("A case can count in several kind columns. 'correct' = every planted kind confirmed and no "
                     "false alarm."))
     table_rows = []
-    for cat in CATEGORIES:
+    for cat in ALL_CATEGORIES:
         row = s.by_category.get(cat)
         if not row:
             continue
         table_rows.append([cat, str(row["n"]), f"{row['correct']} ({pct(row['correct'] / row['n'])})",
                            str(row["none"]), str(row["fact"]), str(row["commitment"]), str(row["player_input"])])
     out.append(Table(["category", "n", "correct", "no conflict", "fact", "commitment", "player_input"], table_rows))
+
+    out += long_range_blocks(cases, s, meta)
 
     out.append(Heading("Trajectory (frontier node completion)"))
     out.append(Para(f"On the clean controls the auditor passed ({s.trajectory_skipped} flagged controls never reach "
@@ -168,6 +170,33 @@ def blocks(cases: Sequence[AuditCase], results: Sequence[CaseResult], scores: Sc
         out.append(Heading(f"Failed audits ({len(errors)})"))
         out.append(Table(["case", "error"], [[r.case_id, r.error or ""] for r in errors]))
     return out
+
+
+def long_range_blocks(cases: Sequence[AuditCase], s: Scores, meta: Mapping[str, str]) -> list[Block]:
+    """Recall on the long-range categories (and false alarms on their hard negative), when present."""
+    rows = []
+    for cat in LONG_RANGE_CATEGORIES:
+        row = s.by_category.get(cat)
+        if not row:
+            continue
+        gaps = [c.detail_distance for c in cases if c.category == cat and c.detail_distance is not None]
+        span = f"{min(gaps)}–{max(gaps)}" if gaps else "–"
+        if cat.startswith("hn_"):
+            rows.append([cat, str(row["n"]), span, "no conflict", "false alarms " + prop(wilson(row["n"] - row["none"],
+                                                                                            row["n"]))])
+        else:
+            rows.append([cat, str(row["n"]), span, "fact", "fact recall " + prop(wilson(row["fact"], row["n"]))])
+    if not rows:
+        return []
+    context = meta.get("audit context", "full")
+    return [Heading("Long-range cases"),
+            Para(f"Audit context of this run: {context}. The detail the reply speaks of was narrated in turn 1 or 2; "
+                 "'turns back' is the distance from that turn to the reply under audit. long_fact_ledger's detail "
+                 "is in the ledger (shown in every context); long_fact_narration's is only in the early narration, "
+                 "which a compact context with fewer recent exchanges than that distance does not show. Run the "
+                 "suite once with --audit-context full and once with compact to read the cost of compact context "
+                 "in recall off this table."),
+            Table(["category", "n", "turns back", "gold", "figure"], rows)]
 
 
 # -- markdown --------------------------------------------------------------------------------------

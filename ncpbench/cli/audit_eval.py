@@ -9,7 +9,7 @@ from typing import Any
 
 from ncpbench import __version__
 from ncpbench.auditeval import DEFAULT_CASES, generate_suite, rescore, run_audit_eval
-from ncpbench.auditeval.cases import AuditCase, dump_cases
+from ncpbench.auditeval.cases import LONG_RANGE_CATEGORIES, AuditCase, dump_cases
 from ncpbench.auditeval.evaluate import CaseResult
 from ncpbench.auditeval.scoring import Scores
 from ncpbench.dataset import load
@@ -23,6 +23,7 @@ from ncpbench.preflight import (
     check_roles,
     probe_endpoints,
 )
+from ncpbench.protocol import PUBLISHED
 from ncpbench.spec import Spec
 
 AUDITOR_FLAGS: dict[str, Any] = {"base-url": str, "api-key-env": str, "temperature": float, "top-p": float,
@@ -53,6 +54,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dataset", help="spec folder (default: bundled)")
     p.add_argument("--cases", type=int, default=DEFAULT_CASES,
                    help=f"suite size (default {DEFAULT_CASES}; any N is balanced across the 9 categories)")
+    p.add_argument("--long-range", type=int, default=0, metavar="M",
+                   help="append M long-range cases (an early detail, >= 10 turns of history, then a reply that "
+                        "contradicts or agrees with it); default 0")
+    p.add_argument("--audit-context", choices=["full", "compact"], default="full",
+                   help="what the auditor sees of the story: every exchange (full, default) or the committed ledger "
+                        "plus the last --recent-turns exchanges (compact)")
+    p.add_argument("--recent-turns", type=int, default=6, metavar="N",
+                   help="exchanges kept verbatim in compact context (default 6)")
     p.add_argument("--seed", type=int, default=0, help="suite seed (same seed -> identical cases.jsonl)")
     p.add_argument("--concurrency", type=int, default=4, help="cases audited at once (default 4)")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the F1 intervals")
@@ -87,6 +96,17 @@ def auditor_role(args: argparse.Namespace) -> RoleConfig:
     return role
 
 
+def long_range_lines(scores: Scores) -> list[str]:
+    lines = []
+    for cat in LONG_RANGE_CATEGORIES:
+        row = scores.by_category.get(cat)
+        if row:
+            what = (f"false alarms {row['n'] - row['none']}/{row['n']}" if cat.startswith("hn_")
+                    else f"fact recall {row['fact']}/{row['n']}")
+            lines.append(f"  {cat:<20} {what}")
+    return lines
+
+
 def headline(scores: Scores) -> list[str]:
     lines = [f"scored {scores.scored}/{scores.cases} cases ({scores.errors} failed"
              + (f", {scores.missing} not reached" if scores.missing else "") + ")"]
@@ -99,14 +119,17 @@ def headline(scores: Scores) -> list[str]:
     agree = scores.trajectory.agreement.value
     lines.append(f"  false alarms on clean controls {fpr} ({scores.fpr.k}/{scores.fpr.n}); trajectory agreement "
                  f"{'n/a' if agree is None else f'{agree:.1%}'} (n={scores.trajectory.agreement.n})")
-    return lines
+    return lines + long_range_lines(scores)
 
 
 def cmd_audit_eval(args: argparse.Namespace) -> int:
     out = check_out(args.out, "folder")
-    check_number("--cases", args.cases, ge=1)
+    check_number("--cases", args.cases, ge=0 if args.long_range else 1)
     check_number("--concurrency", args.concurrency, ge=1, fix="give --concurrency at least 1 (0 would wait forever)")
     check_number("--bootstrap", args.bootstrap, ge=1)
+    check_number("--long-range", args.long_range, ge=0)
+    check_number("--recent-turns", args.recent_turns, ge=1)
+    protocol = PUBLISHED.with_context(args.audit_context, args.recent_turns)
     for flag, bounds in (("temperature", {"ge": 0.0, "le": 2.0}), ("top-p", {"gt": 0.0, "le": 1.0}),
                          ("max-tokens", {"ge": 1}), ("timeout", {"gt": 0.0})):
         check_number(f"--auditor-{flag}", getattr(args, f"auditor_{flag.replace('-', '_')}"),
@@ -119,7 +142,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
     specs = select_specs(args.envs, args.dataset)
     if args.generate_only:
         out.mkdir(parents=True, exist_ok=True)
-        cases = generate_suite(specs, args.cases, args.seed)
+        cases = generate_suite(specs, args.cases, args.seed, long_range=args.long_range)
         dump_cases(cases, out / "cases.jsonl")
         print(f"{len(cases)} cases from {len({c.env_id for c in cases})} environments written to "
               f"{out / 'cases.jsonl'}")
@@ -142,7 +165,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
         print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)
     meta = {"auditor": role.model, "endpoint": redact_url(role.base_url) or role.provider, "envs": args.envs,
             "ncpbench": __version__, "structured output": role.structured_mode()}
-    total = args.cases
+    total = args.cases + args.long_range
     done = [0]
 
     def progress(case: AuditCase, result: CaseResult) -> None:
@@ -161,7 +184,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
                             else LLMAuditor(client, role, salt="audit-eval"))
             return await run_audit_eval(auditor, out, specs=specs, n=args.cases, seed=args.seed,
                                         concurrency=args.concurrency, meta=meta, bootstrap_rounds=args.bootstrap,
-                                        on_result=progress)
+                                        on_result=progress, long_range=args.long_range, protocol=protocol)
         finally:
             await client.aclose()
             if cache:
