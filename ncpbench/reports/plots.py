@@ -78,7 +78,7 @@ def survival_figure(curves: Sequence[Curve], title: str = "Survival: episodes wi
                     label=None if published_label else "published survival@t (share with turns ≥ t), hollow")
             published_label = True
     ax.set_xlim(-0.02 * right, 1.02 * right)  # room for censor ticks at 0 and at the limit
-    ax.set_ylim(0, 1.03)
+    ax.set_ylim(-0.03, 1.03)  # room for a published marker at 0
     ax.set_ylabel("share of episodes without a conflict")
     ax.set_title(f"{title}\nlines: Kaplan–Meier (shaded: 95% log-log bands, ticks: censored); "
                  "hollow markers: published survival@t", fontsize=9)
