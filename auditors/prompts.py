@@ -20,6 +20,7 @@ can close a fence and speak to the auditor.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ncpbench.protocol import AuditProtocol, preview_ledger
@@ -102,7 +103,22 @@ def fence(text: str, tag: str = "narrator_reply") -> str:
 # -- head: the static parts of the spec ----------------------------------------------------------
 
 
+_HEADS: dict[int, tuple[Spec, str]] = {}
+
+
 def head(spec: Spec) -> str:
+    """Cached per spec object (specs are frozen; every stage of every turn starts with the head)."""
+    hit = _HEADS.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if len(_HEADS) > 512:
+        _HEADS.clear()
+    text = _head(spec)
+    _HEADS[id(spec)] = (spec, text)
+    return text
+
+
+def _head(spec: Spec) -> str:
     lines = [f"Story: {spec.meta.title}. The player's character is {spec.meta.player_role}.", "",
              "Commitments (fixed for the whole story):"]
     for c in spec.commitments:
@@ -119,6 +135,13 @@ def head(spec: Spec) -> str:
 
 
 def log_entry(ex: Exchange) -> str:
+    """Cached per exchange: a committed exchange never changes, and each is rendered by every stage
+    of every later turn (the log's cost would otherwise grow with the story)."""
+    return _log_entry(ex)
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_entry(ex: Exchange) -> str:
     lines = [f"--- {'Opening' if ex.turn == 0 else f'Turn {ex.turn}'} ---"]
     if ex.player_action is not None:
         lines.append(fence(ex.player_action, "player_action"))

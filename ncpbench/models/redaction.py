@@ -42,15 +42,35 @@ def remember_url_credentials(url: str | None) -> None:
         remember_key(secret)
 
 
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]+")
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}")
+_ENV_SECRETS: tuple[object, tuple[str, ...]] = (None, ())
+
+
+def _environment_secrets() -> tuple[str, ...]:
+    """Values of KEY / TOKEN / SECRET variables. Decoding all of os.environ on every call cost about
+    5% of a batch's CPU, so the list is rebuilt only when the environment changed: the raw (bytes)
+    items are compared first, which is cheap because unchanged entries are the same objects."""
+    global _ENV_SECRETS
+    raw = getattr(os.environ, "_data", None)
+    snapshot: object = tuple(raw.items()) if isinstance(raw, dict) else None
+    if snapshot is None or snapshot != _ENV_SECRETS[0]:
+        found = tuple(v for n, v in os.environ.items()
+                      if v and len(v) >= 8 and ("KEY" in n or "TOKEN" in n or "SECRET" in n))
+        _ENV_SECRETS = (snapshot, found)
+    return _ENV_SECRETS[1]
+
+
 def redact(text: str) -> str:
     """Strip anything that looks like a bearer token, an API key or URL credentials from a text."""
     for value in _KNOWN_KEYS:
         if value in text:
             text = text.replace(value, "[redacted]")
-    text = _URL_CREDENTIALS.sub(r"\1[redacted]@", text)
-    text = re.sub(r"(?i)(bearer\s+)[A-Za-z0-9._\-]+", r"\1[redacted]", text)
-    text = re.sub(r"\bsk-[A-Za-z0-9_\-]{6,}", "[redacted]", text)
-    for name, value in os.environ.items():
-        if value and len(value) >= 8 and ("KEY" in name or "TOKEN" in name or "SECRET" in name) and value in text:
+    if "@" in text:
+        text = _URL_CREDENTIALS.sub(r"\1[redacted]@", text)
+    text = _BEARER.sub(r"\1[redacted]", text)
+    text = _SK_KEY.sub("[redacted]", text)
+    for value in _environment_secrets():
+        if value in text:
             text = text.replace(value, "[redacted]")
     return text
