@@ -269,12 +269,22 @@ def _list_models(client: object, ep: Endpoint, shown: str, role: str, flags: Fla
         if isinstance(e, openai.APITimeoutError):
             warn(f"{shown}/models did not answer in time; the run will retry")
             return None
+        if _dropped(e):
+            warn(f"{shown}/models dropped the connection ({_cause(e)}); the run will retry")
+            return None
         raise PreflightError(f"cannot connect to {shown} ({_cause(e)})",
                              _fix_for(None, role, flags, ep.key_var)) from None
     except openai.APIStatusError:
         return None  # no /models route (or a transient fault): the one-token completion decides
     except (ValueError, AttributeError, TypeError):
         return None  # an answer that is not a model list: some servers have none
+
+
+def _dropped(e: BaseException) -> bool:
+    """A connection that was made and then dropped mid-answer (a reset, a torn response): the server is
+    there and the run's retries handle it. Only a connection that could not be made is fatal."""
+    inner = e.__cause__ or e.__context__
+    return inner is not None and type(inner).__name__ in ("ReadError", "RemoteProtocolError", "WriteError")
 
 
 def _cause(e: BaseException) -> str:
@@ -308,6 +318,9 @@ def _complete_one_token(client: object, role: RoleConfig, name: str, shown: str,
     except openai.APITimeoutError:
         warn(f"{shown} did not answer a one-token probe in time; the run will retry")
     except openai.APIConnectionError as e:
+        if _dropped(e):
+            warn(f"{shown} dropped the connection during a one-token probe ({_cause(e)}); the run will retry")
+            return
         raise PreflightError(f"cannot connect to {shown} ({_cause(e)})", _fix_for(None, name, flags, key_var)) from None
     except openai.APIStatusError as e:
         warn(f"{shown} answered HTTP {e.status_code} to a probe; continuing (the run retries transient errors)")
