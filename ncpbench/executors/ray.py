@@ -408,7 +408,7 @@ class RayVectorEnv(VectorEnv[Any, Any, Any]):
         self._closed = False
 
     def _batch(self, observations: list[Any]) -> Any:
-        out = create_empty_array(self.single_observation_space, n=self.num_envs, fn=np.zeros)
+        out: Any = create_empty_array(self.single_observation_space, n=self.num_envs, fn=np.zeros)
         return concatenate(self.single_observation_space, observations, out)
 
     def reset(self, *, seed: int | list[int | None] | None = None,
