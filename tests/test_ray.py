@@ -249,3 +249,41 @@ def test_ray_vector_env_steps_like_gymnasiums_sync_vector_env(cluster: str) -> N
     finally:
         remote.close()
         local.close()
+
+
+def test_an_endpoint_limit_holds_across_the_cluster(cluster: str, tmp_path: Path, hostile: Any) -> None:
+    from conftest import chat_answer
+
+    from ncpbench.models.mock_server import answer_for
+
+    lock, state = threading.Lock(), {"now": 0, "max": 0}
+
+    def route(method: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, object]]:
+        if method == "GET":
+            return 200, {"object": "list", "data": [{"id": "mock/default", "object": "model"}]}
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.03)
+        with lock:
+            state["now"] -= 1
+        return 200, chat_answer(answer_for(body, MockConfig())[1])
+
+    server = hostile(route)
+    r = RoleConfig(model="mock/default", base_url=server.base_url, concurrency=3)
+    cfg = RunConfig(narrator=r, player=r, auditor=r, player_mode="scripted")
+    result = asyncio.run(run_batch(tmp_path / "r", cfg, envs=bundled_slugs()[:8], max_turns=2, concurrency=8,
+                                   executor="ray", ray_workers=2))
+    assert result.progress.done == 8 and result.progress.errors == 0
+    assert state["max"] == 3  # the limit is the cluster's, not each worker's (2 workers x 3 would be 6)
+
+
+def test_the_cli_runs_a_batch_on_ray_and_refuses_ray_options_without_it(cluster: str, tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "ncpbench", "run", "--envs", "iron-man,zombieland", "--mock", "--player-mode",
+            "scripted", "--turns", "2", "--no-progress"]
+    bad = subprocess.run([*base, "--out", str(tmp_path / "bad"), "--ray-workers", "2"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--executor ray" in bad.stderr and not (tmp_path / "bad").exists()
+    ok = subprocess.run([*base, "--out", str(tmp_path / "r"), "--executor", "ray", "--ray-address", cluster,
+                         "--ray-workers", "1"], capture_output=True, text=True, timeout=180)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert len(records(tmp_path / "r" / "episodes.jsonl")) == 2
