@@ -287,3 +287,20 @@ def test_the_cli_runs_a_batch_on_ray_and_refuses_ray_options_without_it(cluster:
                          "--ray-workers", "1"], capture_output=True, text=True, timeout=180)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert len(records(tmp_path / "r" / "episodes.jsonl")) == 2
+
+
+def test_a_budget_stops_ray_workers_between_turns_and_a_rerun_finishes(cluster: str, tmp_path: Path) -> None:
+    envs = bundled_slugs()[:4]
+    with MockServer(MockConfig(latency_ms=10)) as server:
+        cfg = mock_config(server)
+        stopped = asyncio.run(run_batch(tmp_path / "r", cfg, envs=envs, max_turns=8, concurrency=4, executor="ray",
+                                        ray_workers=2, max_total_tokens=60_000))
+        assert stopped.progress.stopped_by_budget and stopped.progress.done < len(envs)
+        assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "stopped_by_budget"
+        assert list((tmp_path / "r" / "checkpoints").glob("*.json"))  # the stopped episodes wait there
+        finished = asyncio.run(run_batch(tmp_path / "r", cfg, envs=envs, max_turns=8, concurrency=4,
+                                         executor="ray", ray_workers=2))
+        asyncio.run(run_batch(tmp_path / "ref", cfg, envs=envs, max_turns=8))
+    assert finished.progress.done == len(envs)
+    got, ref = records(tmp_path / "r" / "episodes.jsonl"), records(tmp_path / "ref" / "episodes.jsonl")
+    assert set(got) == set(ref) and all(untimed(got[k]) == untimed(ref[k]) for k in ref)
