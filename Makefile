@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DEMO_ENV ?= iron-man
 DEMO_TURNS ?= 3
 
-.PHONY: demo demo-scripted test test-local test-reliability lint typecheck imports clean
+.PHONY: demo demo-scripted test test-local test-extras test-reliability lint typecheck imports clean
 
 $(VENV)/.dev: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,12 @@ $(VENV)/.dev: pyproject.toml
 	touch $@
 
 # The local extra compiles llama-cpp-python from source the first time (about 8 minutes on 2 cores).
+# Built for a portable x86-64 baseline (AVX2/FMA/F16C), not -march=native: these machines advertise
+# AMX and AVX-512 that a process may not be allowed to run (the server dies with an invalid opcode).
+# No pip cache, so a wheel built with other flags is never reused.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
 $(VENV)/.local: $(VENV)/.dev
-	$(PY) -m pip install -q -e ".[dev,local]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir -e ".[dev,local]"
 	touch $@
 
 demo: $(VENV)/.local
@@ -46,6 +50,15 @@ test: lint typecheck imports
 
 test-reliability: $(VENV)/.dev
 	$(PY) -m pytest -q tests/test_reliability_*.py $(PYTEST_ARGS)
+
+# The optional integrations (inspect_ai, verifiers) with their own tests; each skips without its extra.
+EXTRAS ?= inspect,verifiers
+$(VENV)/.extras: $(VENV)/.dev
+	$(PY) -m pip install -q -e ".[dev,$(EXTRAS)]"
+	touch $@
+
+test-extras: $(VENV)/.extras
+	$(PY) -m pytest -q tests/test_integrations_*.py $(PYTEST_ARGS)
 
 test-local: $(VENV)/.local
 	$(PY) -m pytest -q -m local_model --run-local $(PYTEST_ARGS)

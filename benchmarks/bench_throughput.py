@@ -50,28 +50,27 @@ SHARDS = 8
 def apply_variant(variant: str) -> None:
     """What-ifs for `--variants`, patched into this child process only (not the shipped client):
 
-    - raw:     `chat.completions.create` becomes `client.post("/chat/completions", body=dict,
-               cast_to=httpx2.Response)` + `json.loads`: no request transform, no response model
-               (the SDK's retries, timeouts and status errors stay);
+    - raw:     `chat.completions.create` without its request transform (the body is posted as
+               the plain dict it is; headers, auth, `with_raw_response`, errors unchanged);
     - sharded: ModelClient keeps SHARDS clients per endpoint, each with 1/SHARDS of the
                connections, used in turn (the pool scan per request shrinks with the pool);
     - raw+sharded: both.
     """
-    import types
-
     if "raw" in variant:
-        import httpx2
+        from openai import AsyncStream
         from openai._base_client import make_request_options
         from openai.resources.chat.completions import AsyncCompletions
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-        async def create(self: Any, *, model: str, messages: Any, extra_body: Any = None, **params: Any) -> Any:
-            body = {"model": model, "messages": messages, **params, **(extra_body or {})}
-            raw = await self._post("/chat/completions", body=body, cast_to=httpx2.Response,
-                                   options=make_request_options(security={"bearer_auth": True}))
-            data = json.loads(raw.content)
-            choices = [types.SimpleNamespace(message=types.SimpleNamespace(content=(c.get("message") or {}).get("content")))
-                       for c in data.get("choices") or []]
-            return types.SimpleNamespace(choices=choices, usage=types.SimpleNamespace(**(data.get("usage") or {})))
+        async def create(self: Any, *, model: str, messages: Any, extra_headers: Any = None, extra_query: Any = None,
+                         extra_body: Any = None, **params: Any) -> Any:
+            # The SDK's own create, minus `async_maybe_transform(body, CompletionCreateParams)`:
+            # the body goes out as the plain dict it already is; `with_raw_response` still works.
+            options = make_request_options(extra_headers=extra_headers, extra_query=extra_query,
+                                           extra_body=extra_body, security={"bearer_auth": True})
+            return await self._post("/chat/completions", body={"model": model, "messages": messages, **params},
+                                    cast_to=ChatCompletion, options=options, stream=False,
+                                    stream_cls=AsyncStream[ChatCompletionChunk])
 
         AsyncCompletions.create = create  # type: ignore[method-assign]
     if "sharded" in variant:
@@ -174,6 +173,7 @@ GROUPS = [
     ("agent prompts (agents/prompts.py)", ("agents/prompts.py",)),
     ("audit pipeline + schemas (auditors/)", ("auditors/",)),
     ("model client (ncpbench/models/client.py)", ("models/client.py",)),
+    ("call log + redaction (models/calllog.py, models/redaction.py)", ("models/calllog.py", "models/redaction.py")),
     ("runner + checkpoints (runner.py, jsonl.py)", ("ncpbench/runner.py", "ncpbench/jsonl.py")),
     ("env, protocol, state, ledger, views", ("ncpbench/env.py", "ncpbench/protocol.py", "ncpbench/state.py",
                                              "ncpbench/ledger.py", "ncpbench/commitments.py", "ncpbench/views.py",
@@ -246,6 +246,8 @@ def show_profile(path: str, cpu_ms_per_turn: float) -> None:
 
 
 def line(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
+    if not r["turns"]:
+        return f"| {name} | {r['episodes']} | 0 | {r['seconds']} | no turn completed (outcomes {r.get('outcomes')}) | — | — |"
     tps = r["turns"] / r["seconds"]
     ratio = f" (x{tps / (base['turns'] / base['seconds']):.1f})" if base else ""
     return (f"| {name} | {r['episodes']} | {r['turns']} | {r['seconds']} | {tps:.1f}{ratio} | "
@@ -261,6 +263,7 @@ def main() -> None:
     ap.add_argument("--advance-every", type=int, default=3, help="the mock completes a plot node every N turns")
     ap.add_argument("--reference", help="command line of the published reference runner (see the docstring)")
     ap.add_argument("--profile", action="store_true", help="profile one more batch with cProfile")
+    ap.add_argument("--keep-profile", help="with --profile: also save the pstats file here")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", help=argparse.SUPPRESS)
     ap.add_argument("--child-variant", default="current", help=argparse.SUPPRESS)
@@ -303,8 +306,8 @@ def main() -> None:
             print(line("current", ours, None))
             for variant in [*args.variants, "current"]:
                 r = run_ours(url, args, variant=variant)
-                print(line(variant, r, None) + f" CPU x{r['cpu_s'] / r['turns'] / (ours['cpu_s'] / ours['turns']):.2f}",
-                      flush=True)
+                ratio = f" CPU x{r['cpu_s'] / r['turns'] / (ours['cpu_s'] / ours['turns']):.2f}" if r["turns"] else ""
+                print(line(variant, r, None) + ratio, flush=True)
         if args.profile:
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "batch.prof")
@@ -312,6 +315,10 @@ def main() -> None:
                 print(f"\nprofiled batch: {prof['turns']} turns in {prof['seconds']} s, CPU {prof['cpu_s']} s "
                       f"(profiler overhead included)")
                 show_profile(path, ours["cpu_s"] / ours["turns"] * 1000)
+                if args.keep_profile:
+                    import shutil
+
+                    shutil.copy(path, args.keep_profile)
     finally:
         server.terminate()
         server.wait()

@@ -3,7 +3,7 @@
 `load_role("narrator", "examples/my_narrator.py:narrate")` imports the object and turns it into a
 role: a `Narrator` (anything with `narrate`) as it is, a factory (a class, or a function taking no
 arguments) called once, and for a narrator a plain `str -> str` function wrapped with
-`ncpbench.agents.as_narrator`. An auditor must have `audit`; a player `act`. The run records the
+`ncpbench.agents.as_narrator` (`ncpbench.roles.load_role` does that). An auditor must have `audit`; a player `act`. The run records the
 role by its import path and a hash of its source file (`PluginRef`), so a resumed run refuses a
 changed file.
 """
@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,9 +82,11 @@ def load_object(ref: str) -> tuple[Any, PluginRef]:
     return obj, PluginRef(ref=ref, source_sha256=digest)
 
 
-def as_role(role: RoleName, obj: Any, ref: str) -> Any:
+def as_role(role: RoleName, obj: Any, ref: str, text_narrator: Callable[[Any], Any] | None = None) -> Any:
     """The object as a role: itself when it has the role's method, the result of calling it when it
-    is a factory, or (narrator only) a plain `str -> str` function wrapped as a narrator."""
+    is a factory, or (narrator only) a plain `str -> str` function wrapped by `text_narrator`
+    (`ncpbench.agents.as_narrator`; passed in, so the model layer that reads references never
+    depends on the agents)."""
     method = METHOD[role]
     if hasattr(obj, method) and not inspect.isclass(obj):
         return obj
@@ -95,10 +98,8 @@ def as_role(role: RoleName, obj: Any, ref: str) -> Any:
             if hasattr(made, method):
                 return made
             raise PluginError(f"{ref}: calling it gave a {type(made).__name__}, which has no {method}() method")
-        if role == "narrator" and len(params) == 1:
-            from ncpbench.agents import as_narrator
-
-            return as_narrator(obj)
+        if role == "narrator" and len(params) == 1 and text_narrator is not None:
+            return text_narrator(obj)
     def a(word: str) -> str:
         return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 
@@ -106,7 +107,8 @@ def as_role(role: RoleName, obj: Any, ref: str) -> Any:
                       + (", or a function str -> str" if role == "narrator" else ""))
 
 
-def load_role(role: RoleName, ref: str) -> tuple[Any, PluginRef]:
-    """Load `ref` and make it the given role (see the module docstring)."""
+def load_role(role: RoleName, ref: str, text_narrator: Callable[[Any], Any] | None = None) -> tuple[Any, PluginRef]:
+    """Load `ref` and make it the given role (see the module docstring; `ncpbench.roles.load_role`
+    supplies the narrator wrapper)."""
     obj, recorded = load_object(ref)
-    return as_role(role, obj, ref), recorded
+    return as_role(role, obj, ref, text_narrator), recorded

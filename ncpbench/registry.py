@@ -4,11 +4,17 @@ The `-vN` of an id is the spec's `meta.version`, so a revision that changes what
 do gets a new id and its scores never mix with the old ones. Registration reads only the index and
 the `version:` line of each file's `meta` block (`header_version`, no YAML parsing), so
 `import ncpbench` stays cheap; each spec is loaded when its env is made.
+
+Every id's entry point is `ncpbench.integrations.gym_plugin:make_env`, which turns role arguments
+(objects, model strings, or nothing: the scripted player and a labelled stand-in auditor) into
+roles; its `max_episode_steps` is the opening plus the env's default 100 turns, so Gymnasium's
+TimeLimit never cuts an episode the env would finish itself. docs/INTEGRATIONS.md has the details.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -76,19 +82,42 @@ def bundled_slugs() -> list[str]:
     return list(bundled_versions())
 
 
+ENTRY_POINT = "ncpbench.integrations.gym_plugin:make_env"
+MAX_EPISODE_STEPS = 101
+"""The opening plus NarrativeEnv's default 100 turns (`gym_plugin.MAX_EPISODE_STEPS`, checked by a test)."""
+
+
+def parse_envs(envs: str | Sequence[str]) -> list[str]:
+    """`iron-man,alien` (or a list, or `all`) -> bundled slugs; unknown ones are an error."""
+    slugs = [s.strip() for s in (envs.split(",") if isinstance(envs, str) else envs) if s.strip()]
+    known = bundled_slugs()
+    if slugs == ["all"]:
+        return known
+    unknown = [s for s in slugs if s not in known]
+    if unknown or not slugs:
+        raise ValueError(f"unknown environments {unknown or slugs}; `ncpbench list` shows them")
+    return slugs
+
+
 def register_all() -> list[str]:
     ids = []
     for slug in bundled_slugs():
         eid = env_id(slug)
         if eid not in gym.registry:
-            gym.register(id=eid, entry_point="ncpbench.env:NarrativeEnv", kwargs={"spec": slug},
-                         disable_env_checker=False)
+            gym.register(id=eid, entry_point=ENTRY_POINT, kwargs={"spec": slug},
+                         max_episode_steps=MAX_EPISODE_STEPS, disable_env_checker=False)
         ids.append(eid)
     return ids
 
 
 def make(slug: str, **kwargs: Any) -> gym.Env[Any, Any]:
-    """`ncpbench.make("iron-man", player=..., auditor=...)`: gymnasium.make by slug."""
+    """`ncpbench.make("iron-man", player=..., auditor=...)`: gymnasium.make by slug (or by id).
+
+    Unless given, `max_episode_steps` follows `max_turns` (its + 1), so a longer episode than the
+    registered default is never cut by the TimeLimit wrapper.
+    """
+    if "max_turns" in kwargs and "max_episode_steps" not in kwargs:
+        kwargs["max_episode_steps"] = int(kwargs["max_turns"]) + 1
     if "/" in slug:
         return gym.make(slug, **kwargs)
     eid = env_id(slug)

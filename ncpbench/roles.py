@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from ncpbench.agents import LLMNarrator, LLMPlayer, ScriptedPlayer
+from typing import Any
+
+from ncpbench.agents import LLMNarrator, LLMPlayer, ScriptedPlayer, as_narrator
 from ncpbench.auditors import LLMAuditor
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RunConfig
-from ncpbench.plugins import load_object, load_role
+from ncpbench.plugins import PluginRef, RoleName, load_object
+from ncpbench.plugins import load_role as _load_role
 from ncpbench.protocols import Auditor, Narrator, Player
 
 
@@ -36,3 +39,8 @@ def plugin_refs(config: RunConfig) -> dict[str, dict[str, str | None]]:
     """The roles of your own in a run, by reference and source hash (part of the run's identity)."""
     return {r: load_object(config.role(r).model)[1].model_dump() for r in config.active_roles()
             if config.role(r).provider == "python"}
+
+
+def load_role(role: RoleName, ref: str) -> tuple[Any, PluginRef]:
+    """Your own role from `module:attr` / `file.py:attr` (a `str -> str` function becomes a narrator)."""
+    return _load_role(role, ref, text_narrator=as_narrator)

@@ -51,7 +51,7 @@ from ncpbench.models.client import ModelClient
 from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
 from ncpbench.pricing import Price, as_price, cached_share, total_cost
 from ncpbench.protocol import get_protocol
-from ncpbench.protocols import Narrator
+from ncpbench.protocols import Narrator, Player
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles, plugin_refs
 from ncpbench.state import Outcome
@@ -376,7 +376,7 @@ async def _fingerprint_calls(config: RunConfig) -> list[tuple[str, Any]]:
                    LLMPlayer(client, fixed(config.player), mode=config.player_mode, salt="fingerprint"))
     auditor = LLMAuditor(client, fixed(config.auditor), salt="fingerprint")
     env = NarrativeEnv(get_spec(PROMPT_FIXTURE_ENV), player=player, auditor=auditor, max_turns=3,
-                       protocol=config.protocol)
+                       protocol=config.audit_protocol())
     await play_episode(env, narrator, seed=0)
     if env.error:
         raise RuntimeError(env.error)
@@ -397,7 +397,7 @@ def batch_identity(config: RunConfig, settings: BatchSettings, dataset_hash: str
     return {
         "ncpbench_version": __version__,
         "protocol": {"name": config.protocol, "version": _protocol_version(config.protocol),
-                     "label": get_protocol(config.protocol).label},
+                     "label": config.audit_protocol().label},
         "player_mode": config.player_mode,
         "roles": roles,
         "plugins": plugin_refs(config),
@@ -463,6 +463,7 @@ def _now() -> str:
 
 
 NarratorFactory = Callable[[EpisodeTask], Narrator]
+PlayerFactory = Callable[[EpisodeTask], Player]
 
 EXECUTORS = ("local", "ray")
 """Where a batch's episodes are played: this process's event loop, or Ray worker actors."""
@@ -484,7 +485,8 @@ class BatchRunner:
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
                  turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
-                 executor: str = "local", ray_address: str | None = None, ray_workers: int | None = None) -> None:
+                 player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
+                 ray_workers: int | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         if executor not in EXECUTORS:
@@ -498,6 +500,7 @@ class BatchRunner:
         self.budget = budget or Budget()
         self.retry_errors = retry_errors
         self.narrator_factory = narrator
+        self.player_factory = player
         self.on_change = on_change
         self.turn_timeout_s = turn_timeout_s
         self.breaker = breaker
@@ -783,8 +786,10 @@ class BatchRunner:
             narrator, player, auditor = build_roles(self.config, client, salt=task.episode_id)
             if self.narrator_factory is not None:
                 narrator = self.narrator_factory(task)
+            if self.player_factory is not None:
+                player = self.player_factory(task)
             env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.settings.max_turns,
-                               protocol=self.config.protocol)
+                               protocol=self.config.audit_protocol())
             resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:
@@ -869,6 +874,7 @@ async def run_batch(
     max_cost_usd: float | None = None,
     prices: dict[str, Price] | dict[str, tuple[float, ...]] | None = None,
     narrator: NarratorFactory | None = None,
+    player: PlayerFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
     turn_timeout_s: float | None = 600.0,
     breaker: int = BREAKER_DEFAULT,
@@ -892,7 +898,7 @@ async def run_batch(
                          budget=Budget(max_total_tokens, max_cost_usd,
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
-                         turn_timeout_s=turn_timeout_s, breaker=breaker, executor=executor,
+                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player, executor=executor,
                          ray_address=ray_address, ray_workers=ray_workers)
     started = time.perf_counter()
     result = await runner.run()

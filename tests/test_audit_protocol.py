@@ -127,7 +127,8 @@ def test_published_status_check_rejudges_every_commitment_and_success_follows(ti
 def test_an_endpoint_that_keeps_answering_empty_narration_ends_as_error_never_as_a_conflict(tiny: Spec) -> None:
     empty = MockConfig(fault_rate=1.0, fault_kinds=("empty",))
     record, _ = run(tiny, MockConfig(), turns=3, narrator_mock=empty)
-    assert record.outcome is Outcome.ERROR and "empty narration" in (record.error or "")
+    # the client refuses blank content as an unusable response; LLMNarrator would re-ask an empty text
+    assert record.outcome is Outcome.ERROR and "empty" in (record.error or "")
     assert not any(t.verdict.conflicts for t in record.history)
 
 
@@ -222,3 +223,27 @@ def test_the_gullible_double_does_obey_unfenced_text(tiny: Spec, monkeypatch: py
     client = GullibleClient()
     verdict = asyncio.run(LLMAuditor(client, RoleConfig(model="mock/x")).audit(_hostile_request(tiny, INJECTIONS[0])))  # type: ignore[arg-type]
     assert client.obeyed > 0 and not verdict.conflicts
+
+
+def test_compact_context_is_a_labelled_deviation_that_drops_old_exchanges(tiny: Spec) -> None:
+    from ncpbench.models.config import RunConfig
+
+    compact = RunConfig(audit_context="compact", recent_turns=2).audit_protocol()
+    assert compact.label == "published/1+compact2" and RunConfig().audit_protocol().label == "published/1"
+    with MockServer(MockConfig(advance_every=0)) as server:
+        client = RecordingClient()
+        role = RoleConfig(model="mock/judge", base_url=server.base_url)
+
+        async def go() -> EpisodeRecord:
+            env = NarrativeEnv(tiny, player=ScriptedPlayer(), auditor=LLMAuditor(client, role), max_turns=6,
+                               protocol=compact)
+            try:
+                return await play_episode(env, ReplayNarrator([OPENING, "The ferry drifts on."]), seed=3)
+            finally:
+                await client.aclose()
+
+        record = asyncio.run(go())
+    assert record.protocol == "published/1+compact2"
+    last = by_stage(client)["conflict_check"][-1]
+    assert OPENING not in last and "earlier exchanges are summarised by the ledger" in last
+    assert "Active facts now:" in last

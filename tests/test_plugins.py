@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ncpbench.plugins import PluginError, is_plugin_ref, load_role
+from ncpbench.plugins import PluginError, is_plugin_ref
+from ncpbench.roles import load_role
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "my_narrator.py"

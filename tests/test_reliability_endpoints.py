@@ -101,7 +101,7 @@ def test_an_endpoint_answering_empty_choices_makes_every_batch_episode_an_error_
         good = RoleConfig(model="mock/default", base_url=mock.base_url)
         config = RunConfig(narrator=hostile_role(endpoint), player=good, auditor=good)
         result = asyncio.run(run_batch(tmp_path / "r", config, envs="iron-man,zombieland", replicates=5, max_turns=3,
-                                       concurrency=4))
+                                       concurrency=4, breaker=0))  # each episode becomes its ERROR record
     records = [json.loads(x) for x in (tmp_path / "r" / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 10 and result.progress.conflicts == 0
     assert {r["outcome"] for r in records} == {"ERROR"}
@@ -113,7 +113,7 @@ def test_a_mock_batch_whose_every_fault_is_an_empty_or_malformed_body_has_no_con
     with MockServer(mock) as server:
         r = RoleConfig(model="mock/default", base_url=server.base_url, max_retries=0)
         asyncio.run(run_batch(tmp_path / "r", RunConfig(narrator=r, player=r, auditor=r), envs="iron-man",
-                              replicates=6, max_turns=4, concurrency=3))
+                              replicates=6, max_turns=4, concurrency=3, breaker=0))
     records = [json.loads(x) for x in (tmp_path / "r" / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 6 and server.stats.faults
     assert all(rec["outcome"] in ("ERROR", "SURVIVAL", "SUCCESS") for rec in records), \

@@ -50,7 +50,8 @@ def test_a_batch_against_an_endpoint_failing_a_fifth_of_calls_records_every_epis
         role = RoleConfig(model="mock/default", base_url=server.base_url, timeout_s=2.0, max_retries=MAX_RETRIES)
         config = RunConfig(narrator=role, player=role, auditor=role)  # every role calls the faulty endpoint
         started = time.perf_counter()
-        result = asyncio.run(run_batch(out, config, envs=envs, replicates=2, max_turns=2, concurrency=8))
+        result = asyncio.run(run_batch(out, config, envs=envs, replicates=2, max_turns=2, concurrency=8,
+                                        breaker=0))  # every fault becomes a record here
         elapsed = time.perf_counter() - started
         time.sleep(0.2)  # let the server finish counting requests already on the wire
         served = server_stats(server)

@@ -70,7 +70,8 @@ def test_api_keys_appear_in_no_artifact_of_a_batch_with_debug_logs(tmp_path: Pat
                 "--narrator", "openai/narrator-model", "--narrator-base-url", url,
                 "--narrator-api-key-env", "NCPB_NARRATOR_KEY", "--narrator-timeout", "0.3",
                 "--player", "openai/player-model", "--player-base-url", url,
-                "--player-api-key-env", "NCPB_PLAYER_CRED", "--player-timeout", "0.3", "--no-progress"]
+                "--player-api-key-env", "NCPB_PLAYER_CRED", "--player-timeout", "0.3", "--no-progress",
+                "--circuit-breaker", "0"]  # the 30% faults must become records here, not stop the batch
         stopped = run_cli([*args, "--max-total-tokens", "1"], env)  # stops between turns: checkpoints stay
         checkpoints = list((out / "checkpoints").glob("*.json"))
         early_leaks = leaks(out, list(keys.values()))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_reports import CONFIG, scenario, write_run
+from test_reports import CONFIG, play, scenario, write_run
 
 from ncpbench.dataset import load_file
 from ncpbench.reports import build_report
@@ -67,7 +67,7 @@ def test_hash_opens_the_transcript_with_marked_evidence_and_the_ledger(index: Pa
     ep = episode_dom(dom, "ep-r1-tiny-0")
     assert re.search(r'<mark class="evidence"[^>]*>The key\s+MELTS</mark> in your pocket', ep)
     # the hostile reply stayed text: no element was made of it
-    assert dom.count("<script") == 1 and "&lt;script&gt;alert" in ep and "<img src=\"x\"" not in dom
+    assert dom.count("<script") == 2 and "&lt;script&gt;alert" in ep and "<img src=\"x\"" not in dom
     # ledgers filled in by the script: turn 0 holds the initial facts, turn 1 adds the opening's fact
     assert [t for _, t in ledger_items(ep, 0)] == [
         "f_0: Mara is standing on the deck of the ferry Albatross.", "f_1: Mara carries a brass key in her coat pocket.",
@@ -113,3 +113,69 @@ def test_screenshot_of_an_opened_episode_is_not_blank(index: Path) -> None:
 
     assert shown(EVIDENCE_YELLOW) > 200, "the marked evidence is visible"
     assert shown(CONFLICT_RED) > 200, "the CONFLICT badges are visible"
+
+
+def test_headline_table_is_visible_without_scrolling_at_1400_px(index: Path) -> None:
+    dom = chromium(index, "", "--dump-dom", "--window-size=1400,900").stdout
+    m = re.search(r'data-headline-box="(\d+)x(\d+)"', dom)
+    assert m, "the script measured the headline table"
+    right, bottom = int(m.group(1)), int(m.group(2))
+    assert right <= 1400 and bottom <= 900, f"headline table ends at {right}x{bottom}"
+    head = re.search(r'<table class="headline">.*?</table>', dom, re.S)
+    assert head and "<th>survival@10</th>" in head.group(0) and "<th>RMST (≤ own limit)</th>" in head.group(0)
+    assert "grounded/1" in head.group(0) and "(≤5)" in head.group(0) and "N 0.7 / – / –" in head.group(0)
+    # the banner is on the first screen too: both runs are mock, and they cover different environments
+    assert dom.index('class="banner"') < dom.index('<table class="headline">')
+    assert "mock models: not a benchmark result" in dom and "not comparable: shaky vs steady" in dom
+
+
+def test_an_all_error_run_gets_a_banner_and_no_scores(tmp_path: Path) -> None:
+    tiny = load_file(FIXTURES / "tiny.yaml")
+    broken = [play(tiny, [], ["Opening."], k, fail="ModelCallError: endpoint kept failing") for k in range(3)]
+    run = write_run(tmp_path / "runs" / "down", broken)
+    dom = chromium(build_report([run], tmp_path / "report", resamples=50), "", "--dump-dom").stdout
+    banner = re.search(r'<div class="banner"[^>]*>(.*?)</div>', dom, re.S)
+    assert banner and "down: all 3 episodes are ERROR (infrastructure failures): no scored episodes" in banner.group(1)
+    head = re.search(r'<table class="headline">.*?<tbody>(.*?)</tbody>', dom, re.S)
+    assert head and head.group(1).count("no scored episodes") == 2, "no KM median, no restricted mean"
+    assert "<td>0 / 3</td>" in head.group(1)
+    assert "restricted mean" not in dom.split('id="summary"')[1].split("</ul>")[0] or "—" in dom
+
+
+def test_episode_filter_hides_the_other_outcomes(index: Path) -> None:
+    def shown(dom: str) -> list[tuple[str, str]]:
+        body = re.search(r'<table class="episodes">.*?<tbody>(.*?)</tbody>', dom, re.S)
+        assert body
+        rows = re.findall(r'<tr ([^>]*)>', body.group(1))
+        return [(re.search(r'data-run="(\w+)"', r).group(1), re.search(r'data-outcome="(\w+)"', r).group(1))  # type: ignore[union-attr]
+                for r in rows if "hidden" not in r]
+
+    assert len(shown(chromium(index, "", "--dump-dom").stdout)) == 9
+    conflicts = shown(chromium(index, "?outcome=CONFLICT", "--dump-dom").stdout)
+    assert conflicts == [("steady", "CONFLICT"), ("steady", "CONFLICT"), ("shaky", "CONFLICT"), ("shaky", "CONFLICT")]
+    long = shown(chromium(index, "?min=4&kind=", "--dump-dom").stdout)
+    assert sorted(long) == sorted([("steady", "SUCCESS"), ("steady", "SURVIVAL"), ("steady", "SURVIVAL"),
+                                   ("shaky", "SUCCESS")])
+    dom = chromium(index, "?kind=player_input", "--dump-dom").stdout
+    assert "2 of 9 episodes" in dom
+
+
+def test_at_risk_table_counts_episodes_with_at_least_t_turns(index: Path) -> None:
+    dom = chromium(index, "", "--dump-dom").stdout
+    table = re.search(r'<table class="at-risk">.*?</table>', dom, re.S)
+    assert table
+    head = re.findall(r"<th>(\d+)</th>", table.group(0))
+    assert head == ["0", "1", "2", "3", "4", "5"]
+    rows = {m.group(1): re.findall(r"<td>(\d+|—)</td>", m.group(2))
+            for m in re.finditer(r"<tr><td>(\w+)</td>(.*?)</tr>", table.group(0))}
+    # steady: turns 2 (CONFLICT), 4 (SUCCESS), 5, 1 (CONFLICT), 0 (ERROR), 5; shaky: 2, 4, 1
+    assert rows == {"steady": ["6", "5", "4", "3", "3", "2"], "shaky": ["3", "3", "2", "1", "1", "0"]}
+
+
+def test_a_lazy_transcript_opens_from_the_readme_anchor_forms(index: Path) -> None:
+    for fragment in ("#ep-r2-tiny-1", "#ep-r2-tiny%231", "#ep-r2-tiny-1-t2"):
+        dom = chromium(index, fragment, "--dump-dom").stdout
+        assert re.search(r'<details class="episode" id="ep-r2-tiny-1"[^>]*\bopen=', dom), fragment
+    dom = chromium(index, "#ep-tiny-0", "--dump-dom").stdout  # without a run number: the first run's
+    assert re.search(r'<details class="episode" id="ep-r1-tiny-0"[^>]*\bopen=', dom)
+    assert dom.count('<details class="episode"') == 1, "one transcript in the DOM at a time"

@@ -94,6 +94,19 @@ def write_run(folder: Path, records: list[EpisodeRecord], config: dict[str, obje
     return folder
 
 
+def fragments(index: Path) -> dict[str, str]:
+    """The transcripts the page renders on click: anchor -> markup, from its JSON data."""
+    m = re.search(r'<script type="application/json" id="episode-data">(.*?)</script>', index.read_text(), re.S)
+    assert m, "no episode data"
+    data: dict[str, str] = json.loads(m.group(1))
+    return data
+
+
+def page_text(index: Path) -> str:
+    """The page with every transcript as the browser renders it on click."""
+    return index.read_text() + "".join(fragments(index).values())
+
+
 @pytest.fixture(scope="module")
 def records() -> list[EpisodeRecord]:
     return scenario(load_file(ROOT / "tests" / "fixtures" / "tiny.yaml"))
@@ -191,8 +204,11 @@ def test_comparison_csv_has_one_row_per_run_with_models_and_intervals(report: Pa
 
 def test_markdown_tables_escape_pipes_and_show_intervals(report: Path) -> None:
     md = (report.parent / "comparison.md").read_text()
-    banner, md = md.split("\n\n", 1)  # the fixture runs use mock/ models, so the report says so first
+    banner, md = md.split("## Run comparison", 1)  # the fixture runs use mock/ models, so the report says so first
+    md = "## Run comparison" + md
     assert banner.startswith("**mock models: not a benchmark result**")
+    assert "**not comparable: shaky vs steady: different environment sets (2 vs 1; 1 shared, only in steady: tiny-two)**" \
+        in banner
     assert md.startswith("## Run comparison") and "mock/<b>shaky</b>\\|pipe" in md
     assert "3.40 [" in md and "survival@5" in md and "RMST (≤5 turns)" in md
     header = md.splitlines()[2]
@@ -232,12 +248,15 @@ def test_html_is_self_contained(report: Path) -> None:
     page = report.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "no external URL"
     assert "@import" not in page and "url(" not in page.replace("data:image", "")
-    assert page.count("<script") == 1 and page.count("<style") == 1
+    assert page.count("<script") == 2 and page.count("<style") == 1
+    assert '<script type="application/json" id="episode-data">' in page
     assert 'src="data:image/png;base64,' in page
 
 
 def test_hostile_record_text_is_escaped_everywhere(report: Path) -> None:
-    page = report.read_text()
+    raw = report.read_text()
+    assert "<script>alert" not in raw and "</mark><b>" not in raw and raw.count("</script>") == 2
+    page = page_text(report)
     assert "<script>alert" not in page and "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;/mark&gt;&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page
@@ -248,13 +267,13 @@ def test_hostile_record_text_is_escaped_everywhere(report: Path) -> None:
 
 
 def test_conflict_evidence_is_marked_in_the_narrator_reply(report: Path) -> None:
-    page = report.read_text()
+    page = page_text(report)
     assert re.search(r'<mark class="evidence" title="fact conflict: f_1: Mara carries the key '
                      r'&lt;b&gt;intact&lt;/b&gt;">The key\n   MELTS</mark> in your pocket\.', page)
 
 
 def test_evidence_not_in_the_reply_is_shown_separately(report: Path) -> None:
-    page = report.read_text()
+    page = page_text(report)
     assert 'Nothing happens at all.</p>' in page
     assert re.search(r'class="evidence-missing">Quoted evidence \(commitment\).*?<q>she opens the vault &lt;now&gt;</q>',
                      page)
@@ -262,7 +281,7 @@ def test_evidence_not_in_the_reply_is_shown_separately(report: Path) -> None:
 
 
 def test_episode_list_links_to_transcripts_by_hash(report: Path) -> None:
-    page = report.read_text()
+    page = page_text(report)
     # two runs: ids carry the run number
     assert '<a href="#ep-r1-tiny-0">tiny#0</a>' in page and '<details class="episode" id="ep-r1-tiny-0">' in page
     assert '<details class="episode" id="ep-r2-tiny-0">' in page
@@ -271,12 +290,12 @@ def test_episode_list_links_to_transcripts_by_hash(report: Path) -> None:
 
 
 def test_single_run_ids_are_ep_and_the_episode_id(tmp_path: Path, records: list[EpisodeRecord]) -> None:
-    page = build_report([write_run(tmp_path / "r", records)], tmp_path / "o", resamples=50).read_text()
+    page = page_text(build_report([write_run(tmp_path / "r", records)], tmp_path / "o", resamples=50))
     assert 'id="ep-tiny-0"' in page and 'id="ep-tiny-two-0"' in page and 'href="#ep-tiny-4"' in page
 
 
 def test_each_turn_shows_plot_state_and_a_ledger_slot(report: Path) -> None:
-    page = report.read_text()
+    page = page_text(report)
     assert "Plot, nodes completed so far: <b>s_0</b>" in page
     assert '<ul class="ledger-at" data-turn="2"></ul>' in page
     assert '<tr data-added="1" data-negated=""><td>f_4</td><td>Fog lies on the water.</td>' in page
@@ -347,3 +366,44 @@ def test_metrics_survival_and_reports_import_no_model_layer_agents_or_auditors()
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
             found += [f"{f.name}: {n}" for n in names if n.startswith(banned)]
     assert len(files) >= 8 and found == []
+
+
+def test_rmst_is_per_run_to_its_own_turn_limit(tmp_path: Path, tiny: Spec) -> None:
+    global LIMIT
+    saved, LIMIT = LIMIT, 3
+    try:  # a 3-turn run: one SURVIVAL (3 turns), one CONFLICT at turn 2
+        short = [play(tiny, [CLEAN, CLEAN, CLEAN, CLEAN], ["Opening.", "a", "b", "c"], 0),
+                 play(tiny, [CLEAN, CLEAN, Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, evidence="b",
+                                                                        reason="x")])], ["Opening.", "a", "b"], 1)]
+    finally:
+        LIMIT = saved
+    long = [play(tiny, [CLEAN] * 6, ["Opening.", "a", "b", "c", "d", "e"], 0)]
+    assert [(r.turns, r.max_turns) for r in short] == [(3, 3), (2, 3)] and long[0].max_turns == 5
+    index = build_report([write_run(tmp_path / "short", short), write_run(tmp_path / "long", long)],
+                         tmp_path / "o", resamples=50)
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO((index.parent / "headline.csv").read_text()))}
+    # KM of the short run: S = 1 up to 2, 0.5 after; RMST to its own limit 3 = 2 + 0.5
+    assert rows["short"]["rmst_horizon"] == "3" and float(rows["short"]["rmst"]) == pytest.approx(2.5)
+    assert rows["long"]["rmst_horizon"] == "5" and float(rows["long"]["rmst"]) == pytest.approx(5)
+    page = index.read_text()
+    assert "2.50 (≤3)" in page and "5.00 (≤5)" in page and "RMST (≤ 6 turns)" not in page
+    full = (index.parent / "comparison.md").read_text()
+    assert "2.50 (≤3)" in full and "5.00 (≤5)" in full, "the full table names each run's own horizon"
+    data = json.loads((index.parent / "metrics.json").read_text())
+    assert [r["summary"]["horizon"] for r in data["runs"]] == [3, 5]
+    assert "not comparable: long vs short: turn limits 3 vs 5" in " ".join(data["warnings"])
+
+
+def test_an_all_error_run_has_no_restricted_mean_and_no_curve(tmp_path: Path, tiny: Spec) -> None:
+    broken = [play(tiny, [], ["Opening."], k, fail="ModelCallError: down") for k in range(2)]
+    index = build_report([write_run(tmp_path / "down", broken)], tmp_path / "o", resamples=50)
+    data = json.loads((index.parent / "metrics.json").read_text())
+    summary = data["runs"][0]["summary"]
+    assert summary["scored"] == 0 and summary["rmst"] is None and summary["km_median"] is None
+    assert data["at_risk"]["runs"]["down"] == [None] * len(data["at_risk"]["turns"])
+    assert any("no scored episodes" in w for w in data["warnings"])
+    head = (index.parent / "headline.md").read_text()
+    assert "no scored episodes" in head and "100" not in head.split("## Headline")[1]
+    summary_text = page_text(index).split('id="summary"')[1].split("</details>")[0]
+    assert "no scored episodes, so no score, no survival curve and no restricted mean" in summary_text
+    assert "restricted mean —" not in summary_text and "Kaplan–Meier median" not in summary_text

@@ -12,7 +12,20 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ncpbench.cli import audit_eval, batch, build, catalog, export, lint, mock, play, report, run, validate
+from ncpbench.cli import (
+    audit_eval,
+    batch,
+    build,
+    catalog,
+    export,
+    lint,
+    mock,
+    play,
+    report,
+    rescore,
+    run,
+    validate,
+)
 from ncpbench.logs import configure
 from ncpbench.preflight import EXIT_FINDINGS, EXIT_IO, EXIT_REFUSED, EXIT_SIGINT, EXIT_USAGE
 
@@ -31,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-json", action="store_true", help="log JSON lines to stderr")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (for bug reports)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (catalog, validate, lint, run, batch, play, mock, report, build, export, audit_eval):
+    for module in (catalog, validate, lint, run, batch, play, mock, report, rescore, build, export, audit_eval):
         module.register(sub)
     return parser
 

@@ -136,7 +136,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
     from ncpbench.cli.run import LOCAL_NOTE
     from ncpbench.models.cache import ResponseCache
     from ncpbench.models.client import ModelClient
-    from ncpbench.plugins import load_role
+    from ncpbench.roles import load_role
 
     if role.provider == "local":
         print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)

@@ -151,7 +151,7 @@ async def run_play(slug: str, config: RunConfig, human: HumanRole, *, turns: int
             narrator, player = HumanNarrator(stdin=stdin, show_state=show_state), model_player
         else:
             narrator, player = model_narrator, HumanPlayer(stdin=stdin, before_prompt=before_prompt)
-        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns, protocol=config.protocol)
+        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns, protocol=config.audit_protocol())
         record = await play_session(env, narrator, seed=seed, config=_record_config(config, human),
                                     on_step=lambda e, i: show(e, i))
         show(env)

@@ -51,7 +51,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     mocked = [r["name"] for r in metrics.get("runs", []) if not r.get("benchmark_result", True)]
     if mocked:
         print(f"note: {MOCK_NOTICE} ({', '.join(mocked)})", file=sys.stderr)
-    print(f"wrote {index.parent}/ (index.html, comparison.md/.csv, genres.md/.csv, envs.md/.csv, "
-          f"survival.png/.svg, metrics.json)")
+    for warning in metrics.get("warnings", []):
+        if not warning.startswith(MOCK_NOTICE):
+            print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {index.parent}/ (index.html, headline.md/.csv, comparison.md/.csv, genres.md/.csv, envs.md/.csv, "
+          f"usage.md/.csv, survival.png/.svg, metrics.json)")
     print(f"open {index.resolve().as_uri()}")
     return 0

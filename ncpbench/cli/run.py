@@ -64,6 +64,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mock", action="store_true",
                    help="a dry run: roles not given use mock/default (tagged; reports say it is not a benchmark result)")
     g.add_argument("--protocol", choices=list(PROTOCOLS), help="audit protocol (default published)")
+    g.add_argument("--audit-context", choices=["full", "compact"], default=None,
+                   help="what each auditor stage sees: full (default, published) or compact (the ledger plus the "
+                        "last --recent-turns exchanges; a labelled deviation for endpoints without prompt caching)")
+    g.add_argument("--recent-turns", type=int, default=None, help="exchanges kept verbatim in compact context (6)")
     g.add_argument("--cache", help="SQLite response cache path (opt-in; replays a run exactly)")
     g.add_argument("--skip-preflight", action="store_true",
                    help="do not probe the endpoints before the run (for endpoints that cannot be probed)")
@@ -91,7 +95,9 @@ def config_from_args(args: argparse.Namespace, require: tuple[str, ...] | None =
         flags[role] = values
     return resolve_run_config(flags, config_file=args.config, profile=args.profile,
                               extra={"player_mode": args.player_mode, "cache_path": args.cache,
-                                     "protocol": getattr(args, "protocol", None)},
+                                     "protocol": getattr(args, "protocol", None),
+                                     "audit_context": getattr(args, "audit_context", None),
+                                     "recent_turns": getattr(args, "recent_turns", None)},
                               require=require, mock_default=bool(getattr(args, "mock", False)))
 
 
@@ -213,7 +219,7 @@ async def run_one(slug: str, config: RunConfig, *, turns: int, seed: int, datase
     client = ModelClient(cache=cache)
     try:
         narrator, player, auditor = build_roles(config, client, salt=f"{slug}|r0")
-        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns, protocol=config.protocol)
+        env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=turns, protocol=config.audit_protocol())
         on_step = (lambda e, i: print_step(console, e, i)) if console else None
         # Pinned like a batch record, so a single record also says exactly what produced it.
         from ncpbench.dataset import Dataset

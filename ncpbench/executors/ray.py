@@ -50,7 +50,7 @@ from ncpbench.record import EpisodeRecord
 from ncpbench.verdict import Usage
 
 if TYPE_CHECKING:
-    from ncpbench.runner import BatchRunner, EpisodeTask, NarratorFactory
+    from ncpbench.runner import BatchRunner, EpisodeTask, NarratorFactory, PlayerFactory
     from ncpbench.spec import Spec
 
 log = get_logger("ncpbench.executors.ray")
@@ -105,12 +105,14 @@ class EpisodeWorker:
     """One Ray actor: an event loop and a ModelClient, many episodes in flight (async actor methods)."""
 
     def __init__(self, config: dict[str, Any], record_config: dict[str, Any], max_turns: int,
-                 turn_timeout_s: float | None, narrator: NarratorFactory | None) -> None:
+                 turn_timeout_s: float | None, narrator: NarratorFactory | None,
+                 player: PlayerFactory | None = None) -> None:
         self.config = RunConfig.model_validate(config)
         self.record_config = record_config
         self.max_turns = max_turns
         self.turn_timeout_s = turn_timeout_s
         self.narrator_factory = narrator
+        self.player_factory = player
         self._calls: dict[str, list[dict[str, Any]]] = {}
         self._stop = False
         self.client = ModelClient(call_sink=self._sink)
@@ -139,8 +141,10 @@ class EpisodeWorker:
             narrator, player, auditor = build_roles(self.config, self.client, salt=task.episode_id)
             if self.narrator_factory is not None:
                 narrator = self.narrator_factory(task)
+            if self.player_factory is not None:
+                player = self.player_factory(task)
             env = NarrativeEnv(spec, player=player, auditor=auditor, max_turns=self.max_turns,
-                               protocol=self.config.protocol)
+                               protocol=self.config.audit_protocol())
         except Exception as e:  # the local executor stops the run here too (RunError)
             yield {"kind": "broken", "error": describe_failure(e)}
             return
@@ -216,7 +220,8 @@ class _Pool:
     def _spawn(self, i: int) -> Any:
         r = self.runner
         cfg = worker_config(r.config, self.n, i).model_dump(mode="json")
-        actor = self.cls.remote(cfg, r.record_config, r.settings.max_turns, r.turn_timeout_s, r.narrator_factory)
+        actor = self.cls.remote(cfg, r.record_config, r.settings.max_turns, r.turn_timeout_s, r.narrator_factory,
+                               r.player_factory)
         if self.stopped:
             actor.stop.remote()
         return actor

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ncpbench.models.redaction import redact_url
 from ncpbench.plugins import is_plugin_ref
 from ncpbench.protocol import PROTOCOLS as PROTOCOL_PRESETS
+from ncpbench.protocol import AuditProtocol, get_protocol
 
 ROLES = ("narrator", "player", "auditor")
 StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
@@ -125,6 +126,16 @@ class RunConfig(BaseModel):
     """SQLite response cache (opt-in): a cached run replays exactly."""
     protocol: str = "published"
     """The audit protocol: `published` (the paper's stages) or `grounded`; part of a run's identity."""
+    audit_context: Literal["full", "compact"] = "full"
+    """What each auditor stage sees of the story: every exchange (`full`, the published setup) or the
+    committed ledger plus the last `recent_turns` exchanges (`compact`, linear cost; its own label)."""
+    recent_turns: int = Field(default=6, ge=1)
+    """Exchanges kept verbatim in compact audit context."""
+
+    def audit_protocol(self) -> AuditProtocol:
+        """The protocol preset with this run's audit context (`published/1`, `published/1+compact6`)."""
+        preset = get_protocol(self.protocol)
+        return preset if self.audit_context == "full" else preset.with_context("compact", self.recent_turns)
 
     def role(self, name: str) -> RoleConfig:
         return getattr(self, name)  # type: ignore[no-any-return]

@@ -66,6 +66,39 @@ class Run:
         mode = self.config.get("player_mode")
         return str(mode) if mode is not None else ""
 
+    @property
+    def protocols(self) -> list[str]:
+        """The protocols (`name/version`) its records were played under, else run.json's."""
+        found = sorted({r.protocol for r in self.records})
+        if found:
+            return found
+        proto = self.meta.get("protocol")
+        return [str(proto)] if proto else []
+
+    @property
+    def limits(self) -> list[int]:
+        """The turn limits of its episodes (one, normally)."""
+        return sorted({r.max_turns for r in self.records})
+
+    @property
+    def limit(self) -> int:
+        return max(self.limits, default=0)
+
+    @property
+    def env_versions(self) -> dict[str, int]:
+        return {r.env_id: r.env_version for r in self.records}
+
+    def sampling(self, role: str) -> str:
+        """"T 0.6 · top-p 0.95 · max 8092" from the role's config; "" when the run does not say."""
+        value = self.config.get(role)
+        if not isinstance(value, dict):
+            return ""
+        parts = []
+        for key, label in (("temperature", "T"), ("top_p", "top-p"), ("max_tokens", "max")):
+            v = value.get(key)
+            parts.append(f"{label} {'default' if v is None else f'{v:g}'}")
+        return " · ".join(parts)
+
 
 def episode_key(record: EpisodeRecord) -> str:
     """The record's episode_id, or `<env_id>#<replicate>` for records written without one."""
@@ -152,3 +185,41 @@ def load_runs(paths: list[str | Path] | list[Path] | list[str]) -> list[Run]:
             run = Run(path=run.path, name=f"{run.name} ({count})", meta=run.meta, records=run.records, notes=run.notes)
         runs.append(run)
     return runs
+
+
+AUDIT_RESPONSE_CAP = 4000
+"""Characters of one raw auditor answer kept in the report."""
+
+
+def read_auditor_calls(folder: str | Path) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The auditor's raw answers from a run's calls.jsonl, per (episode, turn); {} without the file.
+
+    Plain JSON lines (the format of ncpbench.models.calllog: episode, turn, role, stage, attempt,
+    outcome, response); a line that is not JSON or not an auditor call is skipped.
+    """
+    path = Path(folder) / "calls.jsonl"
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    if not path.is_file():
+        return out
+    try:
+        handle = path.open(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    with handle:
+        for line in handle:
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(data, dict) or data.get("role") != "auditor":
+                continue
+            episode, turn = data.get("episode"), data.get("turn")
+            if not isinstance(episode, str) or not isinstance(turn, int):
+                continue
+            response = data.get("response")
+            text = response if isinstance(response, str) else ""
+            out.setdefault((episode, turn), []).append({
+                "stage": str(data.get("stage") or ""), "attempt": data.get("attempt"),
+                "reask": data.get("reask", 0), "outcome": str(data.get("outcome") or ""),
+                "response": text[:AUDIT_RESPONSE_CAP] + ("…" if len(text) > AUDIT_RESPONSE_CAP else "")})
+    return out

@@ -88,7 +88,7 @@ class _Builder:
                *(fmt_estimate(s.conflict_rates[k], True) for k in CONFLICT_KINDS), str(s.conflict_free),
                *(fmt_estimate(s.survival_at.get(t), True) for t in self.at),
                "—" if s.km_median is None else f"{s.km_median:g}",
-               fmt_number(s.rmst) + ("" if self.horizon_label else f" (≤{s.horizon})")]
+               "—" if s.rmst is None else fmt_number(s.rmst) + ("" if self.horizon_label else f" (≤{s.horizon})")]
         raw: list[Cell] = [s.episodes, s.errors, o["CONFLICT"], o["SUCCESS"], o["SURVIVAL"]]
         for e in (s.avg_turns, s.progress, s.satisfied, *(s.conflict_rates[k] for k in CONFLICT_KINDS)):
             raw += _raw(e)
@@ -173,4 +173,52 @@ def usage_table(runs: Sequence[Run], prices: Mapping[str, Price] | None = None) 
                            f"{total.completion_tokens:,}", f"{total_cost:.4f}" if priced else "—"])
         table.csv_rows.append([run.name, "all", "", total.calls, total.prompt_tokens, total.cached_tokens,
                                cached_share(total), total.completion_tokens, total_cost if priced else None])
+    return table
+
+
+def fmt_compact(e: Estimate | None) -> str:
+    """"42% [30–55]": the headline's short form of a share with its interval."""
+    if e is None or math.isnan(e.value):
+        return "—"
+    return f"{100 * e.value:.0f}% [{100 * e.low:.0f}–{100 * e.high:.0f}]"
+
+
+HEADLINE_TURNS = (10, 20)
+
+
+def _short_sampling(run: Run, role: str) -> str:
+    """"0.6 / 0.95 / 8092" ("–" for a value the run leaves to the endpoint); "" when the run does not say."""
+    value = run.config.get(role)
+    if not isinstance(value, dict):
+        return ""
+    return " / ".join("–" if (v := value.get(k)) is None else f"{v:g}" for k in ("temperature", "top_p", "max_tokens"))
+
+
+def headline_table(runs: Sequence[tuple[Run, Summary]]) -> Table:
+    """The decision table: one short row per run; everything else is in the full comparison."""
+    cols = ["run", "narrator", "auditor", "protocol", "scored / errors", "conflict-free",
+            *(f"survival@{t}" for t in HEADLINE_TURNS), "KM median", "RMST (≤ own limit)", "progress", "sampling (T / top-p / max tokens)"]
+    csv_cols = ["run", "narrator", "auditor", "protocol", "scored", "errors", "conflict_free_share",
+                *(f"survival_at_{t}" for t in HEADLINE_TURNS), "km_median", "rmst", "rmst_horizon", "progress",
+                "sampling"]
+    table = Table("Headline", cols, csv_columns=csv_cols)
+    for run, s in runs:
+        share = s.conflict_free / s.scored if s.scored else None
+        sampling = "\n".join(f"{role[0].upper()} {short}" for role in ("narrator", "player", "auditor")
+                             if (short := _short_sampling(run, role))
+                             and not (role == "player" and run.player_mode == "scripted"))
+        protocol = ", ".join(run.protocols) or "—"
+        if s.scored:
+            median = "not reached" if s.km_median is None else f"{s.km_median:g}"
+            rmst = f"{fmt_number(s.rmst)} (≤{s.horizon})"
+        else:
+            median = rmst = "no scored episodes"
+        table.rows.append([run.name, run.model("narrator") or "—", run.model("auditor") or "—", protocol,
+                           f"{s.scored} / {s.errors}", "—" if share is None else f"{100 * share:.0f}%",
+                           *(fmt_compact(s.survival_at.get(t)) for t in HEADLINE_TURNS), median, rmst,
+                           fmt_compact(s.progress), sampling or "—"])
+        surv = [None if (v := s.survival_at.get(t)) is None or math.isnan(v.value) else v.value for t in HEADLINE_TURNS]
+        table.csv_rows.append([run.name, run.model("narrator"), run.model("auditor"), protocol, s.scored, s.errors,
+                               share, *surv, s.km_median if s.scored else None, s.rmst if s.scored else None,
+                               s.horizon, None if s.progress is None else s.progress.value, sampling.replace("\n", "; ")])
     return table

@@ -1,0 +1,44 @@
+"""`ncpbench rescore RUN --auditor MODEL --out RUN2`: re-audit a finished run with another auditor."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ncpbench.cli.audit_eval import AUDITOR_FLAGS, auditor_role
+from ncpbench.models.config import PROFILES
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("rescore", help="replay a finished run's replies and actions through another auditor",
+                       description="Replays the narrator's replies and the player's actions of a finished run "
+                                   "through a different auditor (no narrator or player model is called) and writes "
+                                   "a normal run folder; `ncpbench report RUN RUN2` then shows auditor agreement.")
+    p.add_argument("run", metavar="RUN", help="the finished run folder")
+    p.add_argument("--auditor", metavar="MODEL", help="the new auditor, provider/model or module:attr")
+    for flag, typ in AUDITOR_FLAGS.items():
+        p.add_argument(f"--auditor-{flag}", type=typ,
+                       help="auditor endpoint, e.g. http://localhost:8000/v1" if flag == "base-url" else argparse.SUPPRESS)
+    p.add_argument("--profile", default="paper", choices=sorted(PROFILES), help="sampling defaults (default paper)")
+    p.add_argument("--config", help="run config file; only its auditor section is used")
+    p.add_argument("--mock", action="store_true", help="a dry run: without --auditor, use mock/default")
+    p.add_argument("--concurrency", type=int, default=8, help="episodes at once (default 8)")
+    p.add_argument("--out", required=True, help="the new run folder")
+    p.set_defaults(func=cmd_rescore)
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from ncpbench.rescore import rescore
+    from ncpbench.runner import RunError
+
+    role = auditor_role(args)
+    try:
+        result = rescore(args.run, role, args.out, concurrency=max(1, args.concurrency))
+    except RunError as e:
+        print(f"ncpbench: {e}: check RUN and --out", file=sys.stderr)
+        return 3
+    p = result.progress
+    print(f"re-audited {p.done} episode(s) of {args.run} with {role.model} into {args.out} "
+          f"({p.conflicts} CONFLICT, {p.errors} ERROR)")
+    print(f"compare: ncpbench report {args.run} {args.out} --out REPORT")
+    return 4 if p.errors else 0
