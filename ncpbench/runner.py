@@ -465,6 +465,9 @@ def _now() -> str:
 NarratorFactory = Callable[[EpisodeTask], Narrator]
 PlayerFactory = Callable[[EpisodeTask], Player]
 
+EXECUTORS = ("local", "ray")
+"""Where a batch's episodes are played: this process's event loop, or Ray worker actors."""
+
 BREAKER_DEFAULT = 5
 """Identical infrastructure errors in a row that stop a batch (`--circuit-breaker N`; 0 turns it off)."""
 _BREAKER_KINDS = ("ModelCallError", "MalformedResponse")
@@ -482,9 +485,14 @@ class BatchRunner:
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
                  turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
-                 player: PlayerFactory | None = None) -> None:
+                 player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
+                 ray_workers: int | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        if ray_workers is not None and ray_workers < 1:
+            raise ValueError("ray_workers must be at least 1")
         self.out = out
         self.config = config
         self.settings = settings
@@ -496,6 +504,9 @@ class BatchRunner:
         self.on_change = on_change
         self.turn_timeout_s = turn_timeout_s
         self.breaker = breaker
+        self.executor = executor
+        self.ray_address = ray_address
+        self.ray_workers = ray_workers
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
@@ -600,8 +611,11 @@ class BatchRunner:
         return self.checkpoints / f"{safe}.json"
 
     def _write_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> None:
+        self._write_snapshot(task, env.snapshot())
+
+    def _write_snapshot(self, task: EpisodeTask, snapshot: dict[str, Any]) -> None:
         data = {"episode_id": task.episode_id, "env_id": task.env_id, "replicate": task.replicate, "seed": task.seed,
-                "written_at": _now(), "run_identity": self.identity, "snapshot": env.snapshot()}
+                "written_at": _now(), "run_identity": self.identity, "snapshot": snapshot}
         atomic_write(self._checkpoint_path(task), json.dumps(data, ensure_ascii=False))
 
     def _read_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> dict[str, Any] | None:
@@ -677,7 +691,7 @@ class BatchRunner:
             try:
                 try:
                     with self.episodes_path.open("a", encoding="utf-8") as sink:
-                        await self._run_all(pending, client, sink)
+                        await self._execute(pending, client, sink)
                         if not self.progress.stopped_by_breaker:
                             self._flush_streak(sink)
                 except OSError as e:
@@ -707,6 +721,15 @@ class BatchRunner:
 
     def _should_stop(self) -> bool:
         return self._io_error is not None or self.progress.stopped_by_breaker is not None or self._over_budget()
+
+    async def _execute(self, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
+        """The executor seam: episodes here (the default), or on Ray workers (ncpbench.executors.ray)."""
+        if self.executor == "ray":
+            from ncpbench.executors.ray import run_on_ray
+
+            await run_on_ray(self, pending, client, sink)
+        else:
+            await self._run_all(pending, client, sink)
 
     async def _run_all(self, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
         tasks = iter(pending)
@@ -744,8 +767,10 @@ class BatchRunner:
         return self.config.role(role).model
 
     def _count_turn(self, env: NarrativeEnv) -> None:
-        turn = env.history[-1]
-        for role, usage in turn.usage.items():
+        self._count_usage(env.history[-1].usage)
+
+    def _count_usage(self, usage_by_role: dict[str, Usage]) -> None:
+        for role, usage in usage_by_role.items():
             self.progress.add_usage(self._model_of(role), usage)
         self.progress.turns += 1
         if self.on_change:
@@ -790,6 +815,10 @@ class BatchRunner:
             record = env.record(replicate=task.replicate, config=self.record_config)
         finally:
             self.progress.alive -= 1
+        self._settle(task, record, sink)
+
+    def _settle(self, task: EpisodeTask, record: EpisodeRecord | None, sink: TextIO) -> None:
+        """What becomes of a played episode: kept pending, held by the breaker, or committed."""
         if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
             if self._over_budget():
                 self.progress.stopped_by_budget = True
@@ -849,8 +878,15 @@ async def run_batch(
     on_change: Callable[[Progress], None] | None = None,
     turn_timeout_s: float | None = 600.0,
     breaker: int = BREAKER_DEFAULT,
+    executor: str = "local",
+    ray_address: str | None = None,
+    ray_workers: int | None = None,
 ) -> BatchResult:
     """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped.
+
+    `executor="ray"` plays the episodes in Ray worker actors (the `ncpbench[ray]` extra; a local Ray
+    instance, or the cluster at `ray_address`; `ray_workers` actors, default one per cluster CPU)
+    while this process stays the only writer of the folder: see ncpbench.executors.ray.
 
     Raises RunError when the folder is in use or holds a different run, RunIOError when it cannot
     be written, ValueError for settings out of range (e.g. replicates or max_turns below 1).
@@ -862,7 +898,8 @@ async def run_batch(
                          budget=Budget(max_total_tokens, max_cost_usd,
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
-                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player)
+                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player, executor=executor,
+                         ray_address=ray_address, ray_workers=ray_workers)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),

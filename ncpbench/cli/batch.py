@@ -55,6 +55,14 @@ def check_batch_options(args: argparse.Namespace) -> None:
     check_number("--max-total-tokens", args.max_total_tokens, ge=1)
     check_number("--max-cost", args.max_cost, gt=0)
     check_number("--circuit-breaker", args.circuit_breaker, ge=0, fix="give --circuit-breaker N >= 1, or 0 to turn it off")
+    check_number("--ray-workers", getattr(args, "ray_workers", None), ge=1)
+    if getattr(args, "executor", "local") == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError("--executor ray needs Ray, which is not installed", "pip install 'ncpbench[ray]'")
+    elif getattr(args, "ray_address", None) or getattr(args, "ray_workers", None):
+        raise ConfigError("--ray-address and --ray-workers need --executor ray", "add --executor ray")
 
 
 def progress_table(p: Progress, budget: Budget) -> Table:
@@ -112,7 +120,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
                                seed=args.seed, shard=shard, dataset=args.dataset, retry_errors=args.retry_errors,
                                max_total_tokens=args.max_total_tokens, max_cost_usd=args.max_cost,
                                prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout,
-                               breaker=args.circuit_breaker)
+                               breaker=args.circuit_breaker, executor=args.executor, ray_address=args.ray_address,
+                               ray_workers=args.ray_workers)
 
     if live is not None:
         with live:

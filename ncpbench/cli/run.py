@@ -171,6 +171,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument("--replicates", type=int, default=1, help="episodes per environment (at least 1)")
     b.add_argument("--concurrency", type=int, default=8, help="episodes in flight at once (at least 1)")
     b.add_argument("--shard", help="i/n: run only this shard of the episodes (join with `ncpbench merge`)")
+    b.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where episodes are played: this process (default) or Ray worker actors (ncpbench[ray])")
+    b.add_argument("--ray-address", help="with --executor ray: the Ray cluster to join (default: a local Ray instance)")
+    b.add_argument("--ray-workers", type=int, help="with --executor ray: worker actors (default: one per cluster CPU)")
     b.add_argument("--retry-errors", action="store_true", help="re-run only the episodes recorded as errors")
     b.add_argument("--max-total-tokens", type=int, help="stop starting new work once this many tokens are used")
     b.add_argument("--max-cost", type=float, help="stop new work at this estimated cost (USD; needs --prices)")
