@@ -51,14 +51,14 @@ test: lint typecheck imports
 test-reliability: $(VENV)/.dev
 	$(PY) -m pytest -q tests/test_reliability_*.py $(PYTEST_ARGS)
 
-# The optional integrations (inspect_ai, verifiers) with their own tests; each skips without its extra.
-EXTRAS ?= inspect,verifiers
+# The optional integrations (inspect_ai, verifiers, Ray) with their own tests; each skips without its extra.
+EXTRAS ?= inspect,verifiers,ray
 $(VENV)/.extras: $(VENV)/.dev
 	$(PY) -m pip install -q -e ".[dev,$(EXTRAS)]"
 	touch $@
 
 test-extras: $(VENV)/.extras
-	$(PY) -m pytest -q tests/test_integrations_*.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/test_integrations_*.py tests/test_ray.py $(PYTEST_ARGS)
 
 test-local: $(VENV)/.local
 	$(PY) -m pytest -q -m local_model --run-local $(PYTEST_ARGS)
