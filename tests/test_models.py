@@ -184,3 +184,17 @@ def test_the_published_protocol_samples_as_published_unless_told_otherwise() -> 
     assert published.narrator.temperature == 0.2, "a flag still wins"
     grounded = resolve_run_config({}, extra={"protocol": "grounded"})
     assert grounded.profile == "default" and grounded.auditor.temperature == 0.0
+
+
+def test_every_role_config_field_is_a_flag_and_a_variable_for_every_role() -> None:
+    import subprocess
+    import sys
+
+    from ncpbench.models.config import RoleConfig, role_options
+
+    assert {field for field, _ in role_options().values()} == set(RoleConfig.model_fields) - {"model"}
+    cfg = resolve_run_config({}, environ={"NCPBENCH_AUDITOR_MAX_RETRIES": "1", "NCPBENCH_PLAYER_CONCURRENCY": "3"})
+    assert cfg.auditor.max_retries == 1 and cfg.player.concurrency == 3
+    help_text = subprocess.run([sys.executable, "-m", "ncpbench", "run", "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    assert "-max-retries" in help_text and "-concurrency" in help_text

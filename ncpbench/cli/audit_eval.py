@@ -13,7 +13,7 @@ from ncpbench.auditeval.cases import LONG_RANGE_CATEGORIES, AuditCase, dump_case
 from ncpbench.auditeval.evaluate import CaseResult
 from ncpbench.auditeval.scoring import Scores
 from ncpbench.dataset import load
-from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config
+from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config, role_options
 from ncpbench.models.redaction import redact_url
 from ncpbench.preflight import (
     EXIT_USAGE,
@@ -26,12 +26,11 @@ from ncpbench.preflight import (
 from ncpbench.protocol import PUBLISHED
 from ncpbench.spec import Spec
 
-AUDITOR_FLAGS: dict[str, Any] = {"base-url": str, "api-key-env": str, "temperature": float, "top-p": float,
-                                 "max-tokens": int, "seed": int, "structured": str, "timeout": float}
+AUDITOR_FLAGS: dict[str, Any] = {flag: kind for flag, (_, kind) in role_options().items()}
+"""`--auditor-FLAG` for every RoleConfig field (generated, like `ncpbench run`'s)."""
 LOCAL_TIMEOUT_S = 1800.0
 """Per-request timeout for the embedded local model unless --auditor-timeout says otherwise."""
-_FIELD = {"base-url": "base_url", "api-key-env": "api_key_env", "top-p": "top_p", "max-tokens": "max_tokens",
-          "timeout": "timeout_s"}
+_FIELD = {flag: field for flag, (field, _) in role_options().items()}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -22,7 +22,7 @@ from ncpbench.env import NarrativeEnv
 from ncpbench.episode import play_episode
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import PROFILES, PROTOCOLS, ROLES, RunConfig, resolve_run_config
+from ncpbench.models.config import PROFILES, PROTOCOLS, ROLES, RunConfig, resolve_run_config, role_options
 from ncpbench.preflight import (
     EXIT_ERRORS,
     EXIT_OK,
@@ -41,10 +41,9 @@ from ncpbench.state import Outcome
 T = TypeVar("T")
 MOCK_NOTE = "mock models: not a benchmark result ({roles} answered by the mock server)"
 
-ROLE_FLAGS = {"base-url": str, "api-key-env": str, "temperature": float, "top-p": float, "max-tokens": int,
-              "seed": int, "structured": str, "timeout": float, "concurrency": int}
-_FIELD = {"base-url": "base_url", "api-key-env": "api_key_env", "top-p": "top_p", "max-tokens": "max_tokens",
-          "timeout": "timeout_s"}
+ROLE_FLAGS = {flag: kind for flag, (_, kind) in role_options().items()}
+"""`--ROLE-FLAG` for every RoleConfig field (generated: adding a field adds its flag)."""
+_FIELD = {flag: field for flag, (field, _) in role_options().items()}
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -53,8 +52,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{role}", metavar="MODEL", help=f"{role} model, provider/model (openai/…, mock/…, local/…)")
         for flag, typ in ROLE_FLAGS.items():
             g.add_argument(f"--{role}-{flag}", type=typ, help=argparse.SUPPRESS if flag != "base-url" else
-                           f"{role} endpoint (also -api-key-env, -temperature, -top-p, -max-tokens, -seed, "
-                           "-structured, -timeout, -concurrency)")
+                           f"{role} endpoint (also " + ", ".join(f"-{f}" for f in ROLE_FLAGS if f != "base-url") + ")")
     g.add_argument("--profile", default=None, choices=sorted(PROFILES),
                    help="sampling defaults: paper = the published setup (the default under --protocol published), "
                         "default = ours (the default under other protocols)")

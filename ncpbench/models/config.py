@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -167,9 +168,25 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "paper": {role: {"temperature": 0.6, "top_p": 0.95, "max_tokens": 8092} for role in ROLES},
 }
 
-_ENV_FIELDS = {"MODEL": "model", "BASE_URL": "base_url", "API_KEY_ENV": "api_key_env", "TEMPERATURE": "temperature",
-               "TOP_P": "top_p", "MAX_TOKENS": "max_tokens", "SEED": "seed", "STRUCTURED": "structured",
-               "TIMEOUT": "timeout_s", "CONCURRENCY": "concurrency"}
+def _option_name(field: str) -> str:
+    return field.removesuffix("_s")  # timeout_s -> timeout: the unit is in the help, not the flag
+
+
+def role_options() -> dict[str, tuple[str, type]]:
+    """Every per-role option, generated from RoleConfig's fields: `{"max-tokens": ("max_tokens", int), ...}`.
+    The CLI flags (`--ROLE-OPTION`) and the variables (`NCPBENCH_ROLE_OPTION`) both come from here, so a
+    new RoleConfig field is reachable everywhere with one edit."""
+    out: dict[str, tuple[str, type]] = {}
+    for field, info in RoleConfig.model_fields.items():
+        if field == "model":
+            continue
+        kinds = [a for a in (typing.get_args(info.annotation) or (info.annotation,)) if a is not type(None)]
+        kind = kinds[0] if kinds and kinds[0] in (int, float, str) else str
+        out[_option_name(field).replace("_", "-")] = (field, kind)
+    return out
+
+
+_ENV_FIELDS = {"MODEL": "model", **{flag.replace("-", "_").upper(): field for flag, (field, _) in role_options().items()}}
 _ROLE_KEYS = tuple(RoleConfig.model_fields)
 _TOP_KEYS = tuple(k for k in RunConfig.model_fields if k not in ROLES)
 MAX_CONFIG_BYTES = 1_000_000
