@@ -35,6 +35,7 @@ from ncpbench.auditors.schemas import (
     StatusJudgements,
     StatusOutput,
     TrajectoryOutput,
+    judgement_schema,
     narrowed,
 )
 
@@ -227,16 +228,13 @@ class LLMAuditor:
         after = [*req.state.completed_nodes, *credited]
 
         def check(out: StatusJudgements) -> list[str]:
-            seen = [j.id for j in out.judgements]
-            problems = [f"judgements: {i!r} is not a listed commitment id" for i in seen if i not in ids]
-            problems += [f"judgements: {i!r} is judged more than once" for i in dict.fromkeys(seen) if seen.count(i) > 1]
-            missing = [i for i in ids if i not in seen]
+            problems = [f"judgements: {i!r} is not a listed commitment id" for i in out.judgements if i not in ids]
+            missing = [i for i in ids if i not in out.judgements]
             if missing:
                 problems.append(f"judgements: every listed commitment needs a judgement; missing {', '.join(missing)}")
             return problems
 
-        schema = narrowed(StatusJudgements, {("StatusUpdate", "id"): ids})
-        schema["properties"]["judgements"].update(minItems=len(ids), maxItems=len(ids))
+        schema = judgement_schema(ids)
         extra = (prompts.candidate_changes(diff.add, diff.negate)
                  + f"\nPlot nodes completed after this turn: {', '.join(after) or '(none)'}"
                  + f"\nCommitments to judge: {', '.join(ids)}")
@@ -244,8 +242,8 @@ class LLMAuditor:
                                               StatusJudgements, name="commitment_status", check=check,
                                               salt=self._salt(req, "commitment_status"), json_schema=schema)
         usage["commitment_status"] = u
-        return [CommitmentUpdate(id=j.id, status=Status(j.status), evidence=[e[:80] for e in j.evidence[:6]])
-                for j in out.judgements]
+        return [CommitmentUpdate(id=i, status=Status(j.status), evidence=[e[:80] for e in j.evidence[:6]])
+                for i, j in out.judgements.items()]
 
     async def _frontier(self, req: AuditRequest, usage: dict[str, Usage]) -> tuple[list[str], list[NodeEvidence]]:
         """Grounded: frontier nodes whose trigger and key delta this reply alone narrates."""

@@ -98,7 +98,24 @@ def narrowed(model: type[BaseModel], enums: dict[tuple[str, str], list[str]],
     return schema
 
 
-class StatusJudgements(_Out):
-    """The published status check: every listed commitment judged, SATISFIED or PENDING."""
+class StatusJudgement(_Out):
+    status: Literal["SATISFIED", "PENDING"]
+    evidence: list[Ident] = Field(default_factory=list, description="Fact ids or node ids that show it", max_length=6)
 
-    judgements: list[StatusUpdate] = Field(max_length=40)
+
+class StatusJudgements(_Out):
+    """The published status check: every listed commitment judged, SATISFIED or PENDING.
+
+    An object keyed by commitment id, not a list: the schema sent (`judgement_schema`) requires each
+    listed id exactly once, so a grammar-constrained backend cannot skip or repeat one."""
+
+    judgements: dict[str, StatusJudgement] = Field(max_length=40)
+
+
+def judgement_schema(ids: list[str]) -> dict[str, Any]:
+    """StatusJudgements' JSON schema with one required property per listed commitment id."""
+    schema = schema_of(StatusJudgements)
+    ref = {"$ref": "#/$defs/StatusJudgement"}
+    schema["properties"]["judgements"] = {"type": "object", "properties": {i: ref for i in ids},
+                                          "required": list(ids), "additionalProperties": False}
+    return schema

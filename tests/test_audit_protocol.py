@@ -196,7 +196,7 @@ class GullibleClient:
                 {"kind": "fact", "target": "f_1", "evidence": "the key", "reason": "contradiction"}]},
             "double_check": {"decisions": [{"claim": 1, "confirmed": not obey, "reason": "checked"}]},
             "trajectory_check": {"node": "s_0", "trigger_happened": False, "key_delta_happened": False},
-            "commitment_status": {"judgements": []},
+            "commitment_status": {"judgements": {}},
         }
         return schema.model_validate(answers[name]), Usage()
 

@@ -213,8 +213,8 @@ def _audit(stage: str, user: str, cfg: MockConfig) -> dict[str, Any]:
         done_m = _DONE_AFTER.search(user)
         after: set[str] = {n.strip() for n in done_m.group(1).split(",")} if done_m else set()
         nodes = {m.group(1): set(_NODE.findall(m.group(2))) for m in _COMMITMENT.finditer(user)}
-        return {"judgements": [{"id": i, "status": "SATISFIED" if nodes.get(i) and nodes[i] <= after else "PENDING",
-                                "evidence": sorted(nodes.get(i, set()) & after)} for i in ids]}
+        return {"judgements": {i: {"status": "SATISFIED" if nodes.get(i) and nodes[i] <= after else "PENDING",
+                                   "evidence": sorted(nodes.get(i, set()) & after)} for i in ids}}
     if stage == "commitment_pending":
         return {"updates": []}
     return {}
