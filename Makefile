@@ -23,11 +23,15 @@ $(VENV)/.local: $(VENV)/.dev
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir -e ".[dev,local]"
 	touch $@
 
+# Exit 4 (the episode ended as ERROR: the 135M model could not give valid stage output) still shows
+# the machinery end to end and is said plainly; any other failure fails the demo.
 demo: $(VENV)/.local
 	$(VENV)/bin/ncpbench run $(DEMO_ENV) --turns $(DEMO_TURNS) \
 	  --narrator local/smollm2-135m --narrator-max-tokens 160 \
 	  --auditor local/smollm2-135m --player-mode scripted \
-	  --out runs/demo-$(DEMO_ENV).json
+	  --out runs/demo-$(DEMO_ENV).json; code=$$?; \
+	  if [ $$code -eq 4 ]; then echo "demo: the smoke-test model's episode ended as ERROR (see above); the run itself worked"; \
+	  elif [ $$code -ne 0 ]; then exit $$code; fi
 
 demo-scripted: $(VENV)/.dev
 	$(PY) examples/scripted_episode.py

@@ -35,6 +35,7 @@ from ncpbench.auditors.schemas import (
     StatusJudgements,
     StatusOutput,
     TrajectoryOutput,
+    claim_schema,
     judgement_schema,
     narrowed,
 )
@@ -153,8 +154,7 @@ class LLMAuditor:
                                     f"{c.target!r})")
             return problems
 
-        ids = sorted(facts, key=_num) + [c.id for c in req.spec.commitments]
-        schema = narrowed(ConflictCheckOutput, {("ClaimedConflict", "target"): ids}, {("ClaimedConflict", "target")})
+        schema = claim_schema(sorted(facts, key=_num), [c.id for c in req.spec.commitments])
         extra = prompts.candidate_changes(diff.add, diff.negate)
         out, u = await self.client.structured(self.role, prompts.messages("conflict_check", req, extra),
                                               ConflictCheckOutput, name="conflict_check", check=check,

@@ -119,3 +119,23 @@ def judgement_schema(ids: list[str]) -> dict[str, Any]:
     schema["properties"]["judgements"] = {"type": "object", "properties": {i: ref for i in ids},
                                           "required": list(ids), "additionalProperties": False}
     return schema
+
+
+def claim_schema(fact_ids: list[str], commitment_ids: list[str]) -> dict[str, Any]:
+    """ConflictCheckOutput's JSON schema with each claim's target tied to its kind: a fact claim names
+    a fact id, a commitment claim a commitment id, a player_input claim null. Sent as a choice of three
+    shapes, so a grammar-constrained backend cannot pair a kind with the wrong id (we still check)."""
+    schema = schema_of(ConflictCheckOutput)
+    base = schema["$defs"]["ClaimedConflict"]
+
+    def shape(kind: str, target: dict[str, Any]) -> dict[str, Any]:
+        props = {**base["properties"], "kind": {"type": "string", "enum": [kind]}, "target": target}
+        return {"type": "object", "properties": props, "required": base["required"], "additionalProperties": False}
+
+    def ids(values: list[str]) -> dict[str, Any]:
+        return {"type": "string", "enum": values} if values else {"type": "null"}
+
+    schema["$defs"]["ClaimedConflict"] = {"anyOf": [shape("fact", ids(fact_ids)),
+                                                    shape("commitment", ids(commitment_ids)),
+                                                    shape("player_input", {"type": "null"})]}
+    return schema
