@@ -155,11 +155,7 @@ def repair_jsonl(path: Path, *, accept: Accept | None = None) -> list[BadLine]:
         dst.flush()
         os.fsync(dst.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
     for b in bad:
         log.warning("jsonl_line_quarantined", file=str(path), line=b.lineno, reason=b.reason, torn=b.torn,
                     quarantine=str(quarantine_path(path)))
@@ -195,3 +191,12 @@ def episode_line(data: dict[str, Any]) -> str | None:
     if missing:
         return f"not an episode record (no {', '.join(missing)})"
     return None
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside `folder` durable (the folder's entry, not just the file's bytes)."""
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
 from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
-from ncpbench.jsonl import episode_line, iter_jsonl, jsonl_line
+from ncpbench.jsonl import episode_line, fsync_dir, iter_jsonl, jsonl_line
 from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
@@ -164,11 +164,7 @@ def atomic_write(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
 
 
 _TEMP = re.compile(r"^\..+\.\d+\.tmp$")
