@@ -28,19 +28,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
+from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
+from _common import emit, mock_server, run_child, table_head, table_row
 
 
 def sample_request() -> dict[str, Any]:
@@ -156,19 +151,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         url, path, calls, conc = args.child
-        print(json.dumps({"ms": asyncio.run(measure(url, path, int(calls), int(conc)))}))
+        emit({"ms": asyncio.run(measure(url, path, int(calls), int(conc)))})
         return
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ncpbench", "mock-server", "--port", str(port),
-                               "--latency-ms", str(args.latency_ms)], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with mock_server(args.latency_ms) as url:
         size = sum(len(m["content"]) for m in sample_request()["messages"])
         print(f"{args.calls} calls per cell, request of {size:,} prompt characters, mock latency "
               f"{args.latency_ms:g} ms; process CPU ms per call")
@@ -178,21 +163,15 @@ def main() -> None:
         for _ in range(args.repeat):  # interleaved rounds: a burst of load elsewhere hits every path alike
             for path, conc in cells:
                 calls = args.calls if conc == 100 else max(50, args.calls // 6)
-                proc = subprocess.run([sys.executable, __file__, "--child", url, path, str(calls), str(conc)],
-                                      capture_output=True, text=True, check=True)
-                results[(path, conc)].append(json.loads(proc.stdout.strip().splitlines()[-1])["ms"])
+                results[(path, conc)].append(run_child(__file__, "--child", url, path, calls, conc)["ms"])
         print(f"median of {args.repeat} interleaved rounds (min-max)")
-        print("| path | concurrency 1 | concurrency 100 |")
-        print("|---|---:|---:|")
+        print(table_head("path", "concurrency 1", "concurrency 100"))
         for path in paths:
             row = []
             for conc in (1, 100):
                 got = sorted(results.get((path, conc), []))
                 row.append(f"{statistics.median(got):.2f} ({got[0]:.2f}-{got[-1]:.2f})" if got else "—")
-            print(f"| {path} | {row[0]} | {row[1]} |", flush=True)
-    finally:
-        server.terminate()
-        server.wait()
+            print(table_row(path, *row), flush=True)
 
 
 if __name__ == "__main__":

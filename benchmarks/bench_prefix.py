@@ -1,8 +1,8 @@
 """How much of every prompt a provider's prefix cache can serve (a benchmark, not a test).
 
 Plays real episodes (LLM narrator, LLM adversarial player, the staged LLM auditor) against a
-loopback OpenAI-compatible endpoint: the mock server (`ncpbench.models.mock_server`) with a
-handler that records every request before answering it as the mock does. Per call it records
+loopback OpenAI-compatible endpoint: the mock server (`ncpbench.models.mock_server`), whose own
+handler answers every request and records each chat request on the way. Per call it records
 
 - the prompt characters (system + user),
 - the prefix shared with the previous call of the same episode and the same role/stage
@@ -27,15 +27,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
-import io
-import json
 import re
 import sys
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
+from _common import table_head, table_row, timed
 
 from ncpbench.models.mock_server import MockConfig, MockServer, _Handler
 
@@ -126,22 +127,16 @@ RECORDER = Recorder()
 
 
 class RecordingHandler(_Handler):
-    """The mock's handler, recording each chat request before the mock answers it."""
+    """The mock's handler, unchanged, recording each chat request it answers.
 
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if self.path.rstrip("/").endswith("/chat/completions"):
-            try:
-                RECORDER.record(json.loads(raw))
-            except json.JSONDecodeError:
-                pass
-        keep = self.rfile
-        self.rfile = io.BytesIO(raw)  # the mock's do_POST reads the body again
-        try:
-            super().do_POST()
-        finally:
-            self.rfile = keep
+    The mock's do_POST reads, routes, parses and answers the request itself; it asks `_cache_key`
+    for the parsed body exactly once per chat completion it answers (this benchmark injects no
+    faults), before sending the reply. Recording there leaves all request handling to the mock.
+    """
+
+    def _cache_key(self, body: dict[str, Any]) -> str:
+        RECORDER.record(body)
+        return super()._cache_key(body)
 
 
 async def play(url: str, films: list[str], turns: int, protocol: Any, player_mode: str) -> list[Any]:
@@ -216,11 +211,13 @@ def measure(url: str, films: list[str], turns: int, protocol: Any, player_mode: 
         RECORDER.calls.clear()
         RECORDER.last_by_stage.clear()
         RECORDER.last_any.clear()
-    started = time.perf_counter()
-    records = asyncio.run(play(url, films, turns, protocol, player_mode))
-    with RECORDER.lock:
-        calls = list(RECORDER.calls)
-    return calls, records, time.perf_counter() - started
+    with timed() as t:
+        records = asyncio.run(play(url, films, turns, protocol, player_mode))
+        with RECORDER.lock:
+            calls = list(RECORDER.calls)
+    if not calls:  # the mock's handler no longer reaches the hook above: fail rather than report zeros
+        sys.exit("no chat request was recorded: RecordingHandler's hook into the mock's handler is not called")
+    return calls, records, t.wall_s
 
 
 def report(label: str, calls: list[Call], records: list[Any], seconds: float, turns: int) -> list[dict[str, Any]]:
@@ -229,21 +226,19 @@ def report(label: str, calls: list[Call], records: list[Any], seconds: float, tu
     print(f"\n## {label}: {len(records)} episodes, {len(calls)} calls, {seconds:.1f} s ({outcomes})")
     print("Per turn, mean per episode (characters); reused = max(prefix shared with the previous call of the "
           "same role/stage, with the previous call of any stage)")
-    print("| turn | calls | prompt chars | narrator reused/prompt | player reused/prompt | auditor reused/prompt "
-          "| uncached chars | reused share |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(table_head("turn", "calls", "prompt chars", *(f"{role} reused/prompt" for role in ROLES), "uncached chars",
+                     "reused share", left=0))
     for row in rows:
         if row["turn"] in TABLE_TURNS:
-            print(f"| {row['turn']} | {row['calls']} | {row['prompt']:,} | {row['narrator_reused']:,} / "
-                  f"{row['narrator_prompt']:,} | {row['player_reused']:,} / {row['player_prompt']:,} | "
-                  f"{row['auditor_reused']:,} / {row['auditor_prompt']:,} | {row['uncached']:,} | "
-                  f"{row['reused_share']:.1%} |")
+            print(table_row(row["turn"], row["calls"], f"{row['prompt']:,}",
+                            *(f"{row[f'{role}_reused']:,} / {row[f'{role}_prompt']:,}" for role in ROLES),
+                            f"{row['uncached']:,}", f"{row['reused_share']:.1%}"))
     s = shares(calls)
     print(f"Turns >= 10: reused share auditor {s['auditor']:.1%} (target >= 85%), narrator {s['narrator']:.1%} "
           f"(target >= 80%), player {s['player']:.1%}, all {s['all']:.1%}")
     print("By stage, turns >= 10: | stage | calls | served by its own previous call | served by max(same, any) |")
     for stage, (n, same, reused) in by_stage(calls).items():
-        print(f"| {stage} | {n} | {same:.1%} | {reused:.1%} |")
+        print(table_row(stage, n, f"{same:.1%}", f"{reused:.1%}"))
     tail = [r for r in rows if r["turn"] >= 10 and r["episodes"]]
     if len(tail) >= 2:
         first, last = tail[0], tail[-1]

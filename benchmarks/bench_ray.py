@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from bench_runner import free_port  # type: ignore[import-not-found]
+sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
+from _common import emit, mock_server, run_child, table_head, table_row, timed
 
 
 def one(url: str, executor: str, workers: int, episodes: int, turns: int, concurrency: int, out: str) -> None:
@@ -33,13 +30,12 @@ def one(url: str, executor: str, workers: int, episodes: int, turns: int, concur
         ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     role = RoleConfig(model="mock/default", base_url=url, concurrency=64)
     config = RunConfig(narrator=role, player=role, auditor=role, player_mode="scripted")
-    started = time.perf_counter()
-    result = asyncio.run(run_batch(out, config, envs=bundled_slugs()[:episodes], max_turns=turns,
-                                   concurrency=concurrency, executor=executor,
-                                   ray_workers=workers if executor == "ray" else None))
-    wall = time.perf_counter() - started
-    print(json.dumps({"turns": result.progress.turns, "seconds": round(wall, 2),
-                      "turns_per_s": round(result.progress.turns / wall, 1)}))
+    with timed() as t:
+        result = asyncio.run(run_batch(out, config, envs=bundled_slugs()[:episodes], max_turns=turns,
+                                       concurrency=concurrency, executor=executor,
+                                       ray_workers=workers if executor == "ray" else None))
+    emit({"turns": result.progress.turns, "seconds": round(t.wall_s, 2),
+          "turns_per_s": round(result.progress.turns / t.wall_s, 1)})
 
 
 def main() -> None:
@@ -54,33 +50,16 @@ def main() -> None:
         url, executor, workers, out = args.child
         one(url, executor, int(workers), args.episodes, args.turns, args.concurrency, out)
         return
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ncpbench", "mock-server", "--port", str(port),
-                               "--latency-ms", str(args.latency_ms)], stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with mock_server(args.latency_ms) as url:
         print(f"mock server latency {args.latency_ms} ms; {args.episodes} episodes x {args.turns} turns; "
               f"concurrency {args.concurrency}")
-        print("| executor | turns | seconds | turns/s |")
-        print("|---|---:|---:|---:|")
+        print(table_head("executor", "turns", "seconds", "turns/s"))
         for executor, workers in (("local", 0), ("ray", 1), ("ray", 2)):
             with tempfile.TemporaryDirectory() as tmp:
-                proc = subprocess.run([sys.executable, __file__, "--episodes", str(args.episodes), "--turns",
-                                       str(args.turns), "--concurrency", str(args.concurrency), "--child", url,
-                                       executor, str(workers), str(Path(tmp) / "run")],
-                                      capture_output=True, text=True, check=True)
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+                r = run_child(__file__, "--episodes", args.episodes, "--turns", args.turns, "--concurrency",
+                              args.concurrency, "--child", url, executor, workers, Path(tmp) / "run")
             name = "local" if executor == "local" else f"ray, {workers} worker{'s' * (workers > 1)}"
-            print(f"| {name} | {r['turns']} | {r['seconds']} | {r['turns_per_s']} |", flush=True)
-    finally:
-        server.terminate()
-        server.wait()
+            print(table_row(name, r["turns"], r["seconds"], r["turns_per_s"]), flush=True)
 
 
 if __name__ == "__main__":

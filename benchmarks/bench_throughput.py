@@ -23,26 +23,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import pstats
 import resource
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
+from _common import emit, mock_server, peak_rss_mb, run_child, table_head, table_row, timed
 
 SHARDS = 8
 
@@ -115,11 +108,8 @@ def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile:
 
         prof = cProfile.Profile(time.process_time)
         prof.enable()
-    started_cpu = time.process_time()
-    started = time.perf_counter()
-    result = asyncio.run(run_batch(out, config, envs=envs, replicates=1, max_turns=turns, concurrency=concurrency))
-    wall = time.perf_counter() - started
-    cpu = time.process_time() - started_cpu
+    with timed() as t:
+        result = asyncio.run(run_batch(out, config, envs=envs, replicates=1, max_turns=turns, concurrency=concurrency))
     if prof is not None:
         prof.disable()
         prof.dump_stats(str(profile))
@@ -128,21 +118,16 @@ def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile:
     outcomes: dict[str, int] = defaultdict(int)
     for r in result.records:
         outcomes[r.outcome.value] += 1
-    print(json.dumps({"episodes": len(result.records), "turns": n_turns, "steps": steps, "seconds": round(wall, 2),
-                      "cpu_s": round(cpu, 2), "calls": result.call_stats["calls"], "outcomes": outcomes,
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+    emit({"episodes": len(result.records), "turns": n_turns, "steps": steps, "seconds": round(t.wall_s, 2),
+          "cpu_s": round(t.cpu_s, 2), "calls": result.call_stats["calls"], "outcomes": outcomes,
+          "peak_rss_mb": peak_rss_mb()})
 
 
 def run_ours(url: str, args: argparse.Namespace, profile: str | None = None, variant: str = "current") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, __file__, "--child", url, str(Path(tmp) / "run"), "--films", str(args.films),
-               "--turns", str(args.turns), "--concurrency", str(args.concurrency), "--child-variant", variant]
-        if profile:
-            cmd += ["--child-profile", profile]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        return run_child(__file__, "--child", url, Path(tmp) / "run", "--films", args.films, "--turns", args.turns,
+                         "--concurrency", args.concurrency, "--child-variant", variant,
+                         *(["--child-profile", profile] if profile else []))
 
 
 def run_reference(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -150,15 +135,14 @@ def run_reference(url: str, args: argparse.Namespace) -> dict[str, Any]:
         cmd = args.reference.format(base_url=url, films=args.films, turns=args.turns, concurrency=args.concurrency,
                                     out=str(Path(tmp) / "ref"))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        proc = subprocess.run(shlex.split(cmd), capture_output=True, text=True)
-        wall = time.perf_counter() - started
+        with timed() as t:
+            proc = subprocess.run(shlex.split(cmd), capture_output=True, text=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         sys.exit(f"reference runner failed:\n{proc.stderr[-3000:]}")
-    return {"episodes": args.films, "turns": args.films * args.turns, "seconds": round(wall, 2),
+    return {"episodes": args.films, "turns": args.films * args.turns, "seconds": round(t.wall_s, 2),
             "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2),
-            "peak_rss_mb": round(after.ru_maxrss / 1024, 1)}
+            "peak_rss_mb": peak_rss_mb(resource.RUSAGE_CHILDREN)}
 
 
 # -- where the CPU goes -----------------------------------------------------------------------------
@@ -239,19 +223,24 @@ def show_profile(path: str, cpu_ms_per_turn: float) -> None:
     total = sum(groups.values())
     print(f"\n### runner CPU by where it goes (profiled CPU {total:.1f} s; ms/turn scaled to the unprofiled "
           f"{cpu_ms_per_turn:.2f} ms/turn)\n")
-    print("| where | share | ms/turn |")
-    print("|---|---:|---:|")
+    print(table_head("where", "share", "ms/turn"))
     for name, t in sorted(groups.items(), key=lambda kv: -kv[1]):
-        print(f"| {name} | {t / total:.1%} | {cpu_ms_per_turn * t / total:.2f} |")
+        print(table_row(name, f"{t / total:.1%}", f"{cpu_ms_per_turn * t / total:.2f}"))
+
+
+def head(first: str) -> str:
+    """The head of a table of `line` rows; `first` names its first column."""
+    return table_head(first, "episodes", "turns", "seconds", "turns/s", "CPU ms/turn (runner process)", "peak RSS MB")
 
 
 def line(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
     if not r["turns"]:
-        return f"| {name} | {r['episodes']} | 0 | {r['seconds']} | no turn completed (outcomes {r.get('outcomes')}) | — | — |"
+        return table_row(name, r["episodes"], 0, r["seconds"], f"no turn completed (outcomes {r.get('outcomes')})",
+                         "—", "—")
     tps = r["turns"] / r["seconds"]
     ratio = f" (x{tps / (base['turns'] / base['seconds']):.1f})" if base else ""
-    return (f"| {name} | {r['episodes']} | {r['turns']} | {r['seconds']} | {tps:.1f}{ratio} | "
-            f"{r['cpu_s'] / r['turns'] * 1000:.2f} | {r['peak_rss_mb']} |")
+    return table_row(name, r["episodes"], r["turns"], r["seconds"], f"{tps:.1f}{ratio}",
+                     f"{r['cpu_s'] / r['turns'] * 1000:.2f}", r["peak_rss_mb"])
 
 
 def main() -> None:
@@ -274,24 +263,12 @@ def main() -> None:
         batch(args.child[0], args.films, args.turns, args.concurrency, args.child[1], args.child_profile,
               args.child_variant)
         return
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "ncpbench", "mock-server", "--port", str(port),
-                               "--latency-ms", str(args.latency_ms), "--advance-every", str(args.advance_every)],
-                              stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{url}/models", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+    with mock_server(args.latency_ms, "--advance-every", str(args.advance_every)) as url:
         print(f"{args.films} films x {args.turns} turns at concurrency {args.concurrency}; one loopback mock "
               f"endpoint, {args.latency_ms:g} ms per call")
         ours = run_ours(url, args)
         ref = run_reference(url, args) if args.reference else None
-        print("| runner | episodes | turns | seconds | turns/s | CPU ms/turn (runner process) | peak RSS MB |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(head("runner"))
         if ref:
             print(line("reference", ref, None))
         print(line("ncpbench", ours, ref))
@@ -301,8 +278,7 @@ def main() -> None:
             print("no --reference given: the reference runner was not run; ncpbench alone")
         if args.variants:
             print("\nclient what-ifs (patched into the batch process only), then the shipped client again:")
-            print("| variant | episodes | turns | seconds | turns/s | CPU ms/turn (runner process) | peak RSS MB |")
-            print("|---|---:|---:|---:|---:|---:|---:|")
+            print(head("variant"))
             print(line("current", ours, None))
             for variant in [*args.variants, "current"]:
                 r = run_ours(url, args, variant=variant)
@@ -319,9 +295,6 @@ def main() -> None:
                     import shutil
 
                     shutil.copy(path, args.keep_profile)
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":
