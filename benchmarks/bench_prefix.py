@@ -1,8 +1,8 @@
 """How much of every prompt a provider's prefix cache can serve (a benchmark, not a test).
 
 Plays real episodes (LLM narrator, LLM adversarial player, the staged LLM auditor) against a
-loopback OpenAI-compatible endpoint: the mock server (`ncpbench.models.mock_server`), whose own
-handler answers every request and records each chat request on the way. Per call it records
+loopback OpenAI-compatible endpoint: the mock server (`ncpbench.models.mock_server`), which answers
+every request itself; its `on_request` hook hands each chat request to the recorder. Per call it records
 
 - the prompt characters (system + user),
 - the prefix shared with the previous call of the same episode and the same role/stage
@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
 from _common import table_head, table_row, timed
 
-from ncpbench.models.mock_server import MockConfig, MockServer, _Handler
+from ncpbench.models.mock_server import MockConfig, MockServer
 
 FILMS = ["the-prestige", "the-hangover", "taxi-driver", "predator", "iron-man"]
 """Films with 18-19 plot nodes: at one node every 3 turns none reaches SUCCESS before turn 50."""
@@ -126,19 +126,6 @@ class Recorder:
 RECORDER = Recorder()
 
 
-class RecordingHandler(_Handler):
-    """The mock's handler, unchanged, recording each chat request it answers.
-
-    The mock's do_POST reads, routes, parses and answers the request itself; it asks `_cache_key`
-    for the parsed body exactly once per chat completion it answers (this benchmark injects no
-    faults), before sending the reply. Recording there leaves all request handling to the mock.
-    """
-
-    def _cache_key(self, body: dict[str, Any]) -> str:
-        RECORDER.record(body)
-        return super()._cache_key(body)
-
-
 async def play(url: str, films: list[str], turns: int, protocol: Any, player_mode: str) -> list[Any]:
     from ncpbench.dataset import load
     from ncpbench.env import NarrativeEnv
@@ -216,7 +203,7 @@ def measure(url: str, films: list[str], turns: int, protocol: Any, player_mode: 
         with RECORDER.lock:
             calls = list(RECORDER.calls)
     if not calls:  # the mock's handler no longer reaches the hook above: fail rather than report zeros
-        sys.exit("no chat request was recorded: RecordingHandler's hook into the mock's handler is not called")
+        sys.exit("no chat request was recorded: the mock server's on_request hook was not called")
     return calls, records, t.wall_s
 
 
@@ -277,8 +264,7 @@ def main() -> None:
     args = ap.parse_args()
     from ncpbench.protocol import PUBLISHED
 
-    with MockServer(MockConfig(advance_every=args.advance_every)) as server:
-        server._server.RequestHandlerClass = RecordingHandler
+    with MockServer(MockConfig(advance_every=args.advance_every), on_request=RECORDER.record) as server:
         print(f"{len(args.films)} films x {args.turns} turns, player {args.player_mode}, mock auditor completes the "
               f"current node every {args.advance_every} turns, no conflicts; characters, not tokens")
         runs = [("full", PUBLISHED)]

@@ -14,7 +14,7 @@ counted), prints the top 25 functions by cumulative and by own time, and the run
 grouped by where it goes (C builtins are charged to the Python function that called them).
 
     .venv/bin/python benchmarks/bench_throughput.py --profile
-    .venv/bin/python benchmarks/bench_throughput.py --variants raw sharded raw+sharded
+    .venv/bin/python benchmarks/bench_throughput.py --transports sdk direct
     .venv/bin/python benchmarks/bench_throughput.py --reference "python ref/run.py --base-url {base_url} ..."
 """
 
@@ -37,69 +37,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
 from _common import emit, mock_server, peak_rss_mb, run_child, table_head, table_row, timed
 
-SHARDS = 8
-
-
-def apply_variant(variant: str) -> None:
-    """What-ifs for `--variants`, patched into this child process only (not the shipped client):
-
-    - raw:     `chat.completions.create` without its request transform (the body is posted as
-               the plain dict it is; headers, auth, `with_raw_response`, errors unchanged);
-    - sharded: ModelClient keeps SHARDS clients per endpoint, each with 1/SHARDS of the
-               connections, used in turn (the pool scan per request shrinks with the pool);
-    - raw+sharded: both.
-    """
-    if "raw" in variant:
-        from openai import AsyncStream
-        from openai._base_client import make_request_options
-        from openai.resources.chat.completions import AsyncCompletions
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
-
-        async def create(self: Any, *, model: str, messages: Any, extra_headers: Any = None, extra_query: Any = None,
-                         extra_body: Any = None, **params: Any) -> Any:
-            # The SDK's own create, minus `async_maybe_transform(body, CompletionCreateParams)`:
-            # the body goes out as the plain dict it already is; `with_raw_response` still works.
-            options = make_request_options(extra_headers=extra_headers, extra_query=extra_query,
-                                           extra_body=extra_body, security={"bearer_auth": True})
-            return await self._post("/chat/completions", body={"model": model, "messages": messages, **params},
-                                    cast_to=ChatCompletion, options=options, stream=False,
-                                    stream_cls=AsyncStream[ChatCompletionChunk])
-
-        AsyncCompletions.create = create  # type: ignore[method-assign]
-    if "sharded" in variant:
-        from ncpbench.models.client import ModelClient
-
-        original = ModelClient._client
-
-        def client(self: Any, role: Any) -> Any:
-            loop = id(asyncio.get_running_loop())
-            url = self.endpoint(role)
-            ident = (url, role.api_key_env or "", loop)
-            shards = self.__dict__.setdefault("_bench_shards", {})
-            if ident not in shards:
-                self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
-                small = role.model_copy(update={"concurrency": max(1, role.concurrency // SHARDS)})
-                made = []
-                for i in range(SHARDS):
-                    made.append(original(self, small))
-                    self._clients[(url, f"shard{i}", loop)] = self._clients.pop(ident)  # aclose still finds it
-                shards[ident] = [made, 0]
-            entry = shards[ident]
-            entry[1] += 1
-            return entry[0][entry[1] % SHARDS]
-
-        ModelClient._client = client  # type: ignore[method-assign]
-
 
 def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile: str | None,
-          variant: str = "current") -> None:
+          transport: str = "auto") -> None:
     """Child process: one batch, then a JSON line with the measurements."""
-    apply_variant(variant)
     from ncpbench.models.config import RoleConfig, RunConfig
     from ncpbench.registry import bundled_slugs
     from ncpbench.runner import run_batch
 
-    role = RoleConfig(model="mock/default", base_url=url, concurrency=max(64, concurrency * 2))
+    role = RoleConfig(model="mock/default", base_url=url, concurrency=max(64, concurrency * 2),
+                      transport=transport)  # type: ignore[arg-type]
     config = RunConfig(narrator=role, player=role, auditor=role)
     envs = bundled_slugs()[:films]
     prof = None
@@ -123,10 +70,10 @@ def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile:
           "peak_rss_mb": peak_rss_mb()})
 
 
-def run_ours(url: str, args: argparse.Namespace, profile: str | None = None, variant: str = "current") -> dict[str, Any]:
+def run_ours(url: str, args: argparse.Namespace, profile: str | None = None, transport: str = "auto") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         return run_child(__file__, "--child", url, Path(tmp) / "run", "--films", args.films, "--turns", args.turns,
-                         "--concurrency", args.concurrency, "--child-variant", variant,
+                         "--concurrency", args.concurrency, "--child-transport", transport,
                          *(["--child-profile", profile] if profile else []))
 
 
@@ -150,6 +97,7 @@ def run_reference(url: str, args: argparse.Namespace) -> dict[str, Any]:
 GROUPS = [
     ("openai SDK (request building, response parsing)", ("/openai/",)),
     ("HTTP stack (httpx2, httpcore2, h11, anyio)", ("/httpx", "/httpcore", "/h11/", "/anyio/", "/sniffio/", "/certifi/")),
+    ("direct transport (models/transport.py)", ("models/transport.py",)),
     ("pydantic (validation, model_copy, dumps)", ("/pydantic/", "/pydantic_core/")),
     ("json (stdlib)", ("/json/",)),
     ("asyncio event loop, sockets, selectors", ("/asyncio/", "selectors.py", "socket.py", "ssl.py")),
@@ -255,13 +203,13 @@ def main() -> None:
     ap.add_argument("--keep-profile", help="with --profile: also save the pstats file here")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", help=argparse.SUPPRESS)
-    ap.add_argument("--child-variant", default="current", help=argparse.SUPPRESS)
-    ap.add_argument("--variants", nargs="*", default=[], choices=("raw", "sharded", "raw+sharded"),
-                    help="also run these client what-ifs (patched into the child only), then ours again")
+    ap.add_argument("--child-transport", default="auto", help=argparse.SUPPRESS)
+    ap.add_argument("--transports", nargs="*", default=[], choices=("sdk", "direct", "auto"),
+                    help="also run the batch with each of these transports, then the default (auto) again")
     args = ap.parse_args()
     if args.child:
         batch(args.child[0], args.films, args.turns, args.concurrency, args.child[1], args.child_profile,
-              args.child_variant)
+              args.child_transport)
         return
     with mock_server(args.latency_ms, "--advance-every", str(args.advance_every)) as url:
         print(f"{args.films} films x {args.turns} turns at concurrency {args.concurrency}; one loopback mock "
@@ -276,14 +224,15 @@ def main() -> None:
               f"outcomes {ours['outcomes']}")
         if not ref:
             print("no --reference given: the reference runner was not run; ncpbench alone")
-        if args.variants:
-            print("\nclient what-ifs (patched into the batch process only), then the shipped client again:")
-            print(head("variant"))
-            print(line("current", ours, None))
-            for variant in [*args.variants, "current"]:
-                r = run_ours(url, args, variant=variant)
+        if args.transports:
+            print("\nthe same batch per transport (RoleConfig.transport), then the default again; CPU ratio to "
+                  "the first default batch:")
+            print(head("transport"))
+            print(line("auto (default)", ours, None))
+            for transport in [*args.transports, "auto"]:
+                r = run_ours(url, args, transport=transport)
                 ratio = f" CPU x{r['cpu_s'] / r['turns'] / (ours['cpu_s'] / ours['turns']):.2f}" if r["turns"] else ""
-                print(line(variant, r, None) + ratio, flush=True)
+                print(line(transport, r, None) + ratio, flush=True)
         if args.profile:
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "batch.prof")

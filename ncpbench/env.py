@@ -242,7 +242,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self._player_usage = None
         if options and "snapshot" in options:
             self.restore(options["snapshot"])
-        return self.observation(), self._info(None, {}, [])
+        return self._observation_and_info(None, {}, [])
 
     def step(self, action: str) -> StepResult:
         return run_sync(self.astep(action))
@@ -373,7 +373,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         self._history.append(TurnRecord(turn=0, player_action=None, narrator_reply=reply, verdict=verdict,
                                         committed=True, usage=self._usage(narrator_usage, verdict), notes=notes))
         await self._next_action()
-        return self.observation(), 0.0, False, False, self._info(verdict, {}, notes)
+        obs, info = self._observation_and_info(verdict, {}, notes)
+        return obs, 0.0, False, False, info
 
     async def _turn(self, action: str, reply: str, notes: list[str], narrator_usage: Usage) -> StepResult:
         verdict = await self._audit(action, reply)
@@ -387,8 +388,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "reward": sum(parts.values()), "usage": self._usage(narrator_usage, verdict), "notes": notes}))
         if not self._state.done:
             await self._next_action()
-        return (self.observation(), sum(parts.values()), outcome.terminated, outcome.truncated,
-                self._info(verdict, parts, notes))
+        obs, info = self._observation_and_info(verdict, parts, notes)
+        return obs, sum(parts.values()), outcome.terminated, outcome.truncated, info
 
     async def _audit(self, action: str | None, reply: str) -> Verdict:
         request = AuditRequest(spec=self.story, state=self._state, player_action=action, reply=reply,
@@ -426,7 +427,14 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
 
     def observation(self) -> dict[str, Any]:
         """The Gymnasium observation for the current point of the episode."""
-        view = self.narrator_view()
+        return self._observation(self.narrator_view())
+
+    def _observation_and_info(self, verdict: Verdict | None, parts: dict[str, float],
+                              notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        view = self.narrator_view()  # built once: the observation renders it, the info carries it
+        return self._observation(view), self._info(verdict, parts, notes, view)
+
+    def _observation(self, view: NarratorRequest) -> dict[str, Any]:
         action = self._last[0] if self._state.done else self._pending_action
         return {
             "turn": min(self.turn, self.max_turns),
@@ -436,7 +444,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "transcript": render_transcript(self._state.transcript, self.story.meta.player_role),
         }
 
-    def _info(self, verdict: Verdict | None, parts: dict[str, float], notes: list[str]) -> dict[str, Any]:
+    def _info(self, verdict: Verdict | None, parts: dict[str, float], notes: list[str],
+              view: NarratorRequest) -> dict[str, Any]:
         return {
             "env_id": self.story.key,
             "protocol": self.protocol.label,
@@ -451,5 +460,5 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "reward_breakdown": parts or dict.fromkeys(breakdown(self.reward_config, new_nodes=0, new_satisfied=0,
                                                                  conflict=False, success=False, committed=False), 0.0),
             "notes": notes,
-            "narrator_request": self.narrator_view(),
+            "narrator_request": view,
         }

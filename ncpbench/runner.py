@@ -142,7 +142,7 @@ class Progress:
         return cached_share(total)
 
 
-@dataclass
+@dataclass(repr=False)
 class BatchResult:
     out: Path
     progress: Progress
@@ -151,6 +151,11 @@ class BatchResult:
     call_stats: dict[str, Any]
     client_cpu_s: float = 0.0
     """CPU time spent while model calls were in flight (exact only at concurrency 1)."""
+
+    def __repr__(self) -> str:
+        # A summary: asyncio.run reprs the finished main task (and so its result) when it restores
+        # the SIGINT handler, and the full repr of every record cost ~1 s at the end of a batch.
+        return f"BatchResult(out={str(self.out)!r}, records={len(self.records)}, calls={self.call_stats.get('calls')})"
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -438,7 +443,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-TRANSPORT_FIELDS = ("base_url", "api_key_env", "timeout_s", "max_retries", "concurrency")
+TRANSPORT_FIELDS = ("base_url", "api_key_env", "timeout_s", "max_retries", "concurrency", "transport")
 
 
 def run_identity(config: dict[str, Any]) -> dict[str, Any]:

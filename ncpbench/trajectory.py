@@ -41,6 +41,8 @@ class TrajectoryGraph:
             if c.type is CommitmentType.ORDERING and c.before and c.after:
                 g.add_edge(c.before, c.after, why=c.id)
         self.graph = g
+        # Every turn asks for the frontier: the predecessor lists are fixed, so read them once.
+        self._preds = {n: tuple(g.predecessors(n)) for n in self.order}
 
     def __len__(self) -> int:
         return len(self.order)
@@ -62,7 +64,7 @@ class TrajectoryGraph:
     def frontier(self, completed: Iterable[str]) -> list[str]:
         """Nodes not yet completed whose predecessors all are: what may happen next."""
         done = set(completed)
-        return [n for n in self.order if n not in done and all(p in done for p in self.graph.predecessors(n))]
+        return [n for n in self.order if n not in done and all(p in done for p in self._preds[n])]
 
     def check_skip(self, node: str, completed: Iterable[str]) -> SkipCheck:
         done = set(completed)

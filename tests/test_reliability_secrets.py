@@ -16,8 +16,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx2
-import openai
 import pytest
 import structlog
 from ncpbench.agents import ReplayPlayer
@@ -26,6 +24,7 @@ from ncpbench.auditors.scripted import ReplayAuditor
 from ncpbench import NarrativeEnv, Outcome
 from ncpbench.episode import play_episode
 from ncpbench.logs import configure
+from ncpbench.models.calllog import CallEntry
 from ncpbench.models.client import ModelCallError, ModelClient, redact
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
@@ -101,20 +100,20 @@ def test_api_keys_appear_in_no_artifact_of_a_batch_with_debug_logs(tmp_path: Pat
     assert "NCPB_NARRATOR_KEY" in (out / "run.json").read_text(), "the variable's name is recorded, its value never"
 
 
-def test_a_key_in_an_endpoint_error_message_is_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("transport", ["direct", "sdk"])
+def test_a_key_from_an_oddly_named_variable_is_redacted_where_the_endpoint_echoes_it(
+        monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
     key = canary("ncpbench-canary-plain-")  # no sk- prefix, in a variable whose name says nothing
     monkeypatch.setenv("NCPB_ODD_NAME", key)
-    role = RoleConfig(model="openai/x", base_url="http://127.0.0.1:9/v1", api_key_env="NCPB_ODD_NAME", max_retries=0)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EchoKeyHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    role = RoleConfig(model="openai/x", base_url=url, api_key_env="NCPB_ODD_NAME", max_retries=0,
+                      transport=transport)  # type: ignore[arg-type]
+    entries: list[CallEntry] = []
 
     async def go() -> str:
-        client = ModelClient()
-        api = client._client(role)  # reads the key from the named variable
-
-        async def fail(**_: object) -> None:
-            request = httpx2.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
-            raise openai.APIError(f"Incorrect API key provided: {key}. Bearer {key}", request, body=None)
-
-        monkeypatch.setattr(api.chat.completions, "create", fail)
+        client = ModelClient(call_sink=entries.append)
         try:
             await client.chat(role, MESSAGES)
         except ModelCallError as e:
@@ -123,8 +122,15 @@ def test_a_key_in_an_endpoint_error_message_is_redacted(monkeypatch: pytest.Monk
             await client.aclose()
         raise AssertionError("the call should have failed")
 
-    message = asyncio.run(go())
-    assert "Incorrect API key provided" in message and key not in message and "[redacted]" in message
+    try:
+        message = asyncio.run(go())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert message == "openai/x: HTTP 401 after 1 attempt(s)"
+    [entry] = entries
+    assert entry.outcome == "http 401" and "Incorrect API key provided: [redacted]" in (entry.response or "")
+    assert key not in entry.model_dump_json()
     assert key not in redact(f"later: the key {key} again"), "a key the client read stays known to redact"
 
 

@@ -8,22 +8,21 @@ depends on it.
 Which episode, turn, role and stage a call belongs to is carried by a context variable, bound with
 `call_context(...)` around the code that makes the call (the episode driver binds the episode and
 turn, the agents and the auditor bind role and stage). It nests: inner bindings refine outer ones.
-Concurrent tasks (the auditor's parallel stages) each get their own copy, so they never mix.
+Concurrent tasks (the auditor's parallel stages) each get their own copy, so they never mix. The
+client's log events carry the same labels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-import structlog
 from pydantic import BaseModel, ConfigDict
 
 from ncpbench.verdict import Usage
@@ -53,24 +52,39 @@ def call_context(*, episode: str | None = None, turn: int | None = None, role: s
                  stage: str | None = None) -> Iterator[CallContext]:
     """Label the model calls made inside the block (fields left None keep the outer value).
 
-    Also binds the same fields into structlog's context, so the log events of those calls carry
-    them. Works in sync and async code; tasks created inside the block inherit the labels.
+    The client's log events carry the same labels (`context_fields`). Works in sync and async
+    code; tasks created inside the block inherit the labels. One ContextVar set and reset: this
+    runs around every model call, so it binds nothing else.
     """
-    given = {k: v for k, v in {"episode": episode, "turn": turn, "role": role, "stage": stage}.items()
-             if v is not None}
-    ctx = replace(_CONTEXT.get(), **given)  # type: ignore[arg-type]
+    outer = _CONTEXT.get()
+    ctx = CallContext(episode if episode is not None else outer.episode, turn if turn is not None else outer.turn,
+                      role if role is not None else outer.role, stage if stage is not None else outer.stage)
     token = _CONTEXT.set(ctx)
     try:
-        with structlog.contextvars.bound_contextvars(**given):
-            yield ctx
+        yield ctx
     finally:
         _CONTEXT.reset(token)
 
 
+def context_fields() -> dict[str, str | int]:
+    """The current labels that are set, for a log event (`log.info("x", **context_fields())`)."""
+    ctx = _CONTEXT.get()
+    return {k: v for k, v in (("episode", ctx.episode), ("turn", ctx.turn), ("role", ctx.role),
+                              ("stage", ctx.stage)) if v is not None}
+
+
 def messages_sha256(messages: Sequence[dict[str, str]]) -> str:
-    """Identifies the exact rendered request (role and content of every message, in order)."""
-    canonical = json.dumps([[m.get("role", ""), m.get("content", "")] for m in messages], ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """Identifies the exact rendered request (role and content of every message, in order).
+
+    Each role and content is length-prefixed, so no two different conversations hash alike; no
+    JSON is built (the prompts are tens of kilobytes and this runs on every call)."""
+    h = hashlib.sha256()
+    for m in messages:
+        for part in (m.get("role", ""), m.get("content", "")):
+            data = part.encode("utf-8", errors="surrogatepass")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+    return h.hexdigest()
 
 
 class CallEntry(BaseModel):
@@ -110,6 +124,15 @@ class CallEntry(BaseModel):
 
 CallSink = Callable[[CallEntry], None]
 
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+"""Characters JSON leaves raw that str.splitlines (and some editors and viewers) break lines at."""
+
+
+def one_line(serialized: str) -> str:
+    """A JSON text that is one line for every reader: the line breaks JSON may keep raw, escaped
+    (the same text decodes to the same value; control characters are escaped by JSON already)."""
+    return serialized.translate(_LINE_BREAKS)
+
 
 class CallLog:
     """Appends entries to a JSON Lines file, each flushed and fsynced before the call returns.
@@ -127,8 +150,7 @@ class CallLog:
     def __call__(self, entry: CallEntry) -> None:
         if self._handle is None:
             return
-        # ensure_ascii keeps U+2028 and friends escaped: one entry is one line for every reader.
-        self._handle.write(json.dumps(entry.model_dump(mode="json"), ensure_ascii=True) + "\n")
+        self._handle.write(one_line(entry.model_dump_json()) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())
         self.lines += 1

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import openai
 from pydantic import BaseModel, ValidationError
 
 from ncpbench.errors import InvalidOutputError as InvalidOutputError  # re-exported: callers name them here
@@ -40,12 +39,27 @@ from ncpbench.errors import MalformedResponse as MalformedResponse
 from ncpbench.errors import ModelCallError as ModelCallError
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
-from ncpbench.models.calllog import RESPONSE_CAP, CallEntry, CallSink, current_context, messages_sha256
+from ncpbench.models.calllog import (
+    RESPONSE_CAP,
+    CallEntry,
+    CallSink,
+    context_fields,
+    current_context,
+    messages_sha256,
+)
 from ncpbench.models.config import RoleConfig
 from ncpbench.models.redaction import redact as redact  # re-exported: the driver and CLI use it
 from ncpbench.models.redaction import redact_url as redact_url
 from ncpbench.models.redaction import remember_key as remember_key
 from ncpbench.models.redaction import remember_url_credentials
+from ncpbench.models.transport import (
+    DirectTransport,
+    SDKTransport,
+    Transport,
+    TransportError,
+    TransportTimeout,
+    choose,
+)
 from ncpbench.verdict import Usage
 
 log = get_logger("ncpbench.models")
@@ -53,14 +67,13 @@ M = TypeVar("M", bound=BaseModel)
 Message = dict[str, str]
 REASKS = 2
 """An invalid output is re-asked at most twice (the published setup), then it is an error."""
-_CALL_ATTEMPTS: ContextVar[list[int] | None] = ContextVar("ncpbench_call_attempts", default=None)
-"""Transport attempts of the call running in this task (the global counter is shared by every call)."""
 _REASK: ContextVar[tuple[int, str | None] | None] = ContextVar("ncpbench_reask", default=None)
 """(re-ask number, why) of the structured ask in progress, None outside `structured`; for the call
 log and the `length` rule (chat's signature stays as callers and subclasses know it)."""
 RETRY_STATUS = frozenset({408, 409, 429})
 """HTTP statuses worth another try (with every 5xx); other 4xx are the request's fault and final."""
 MAX_RETRY_AFTER_S = 60.0
+USER_AGENT = "ncpbench (OpenAI-compatible client)"
 MOCK_CONTEXT_HEADER = "X-Ncpbench-Context"
 """Sent to the mock server only: which episode/role/stage a request is, for its prefix-cache model."""
 
@@ -122,6 +135,10 @@ class CallStats:
 
 class _BodyFault(Exception):
     """A 200 whose body is not a usable completion; the message says what was wrong."""
+
+
+class _StatusFault(Exception):
+    """A non-2xx answer (retried when the status is worth another try)."""
 
 
 def _int(value: Any) -> int:
@@ -219,7 +236,8 @@ class ModelClient:
         self.reasks = reasks
         self.call_sink = call_sink
         self.stats = CallStats()
-        self._clients: dict[tuple[str, str, int], openai.AsyncOpenAI] = {}
+        self._transports: dict[tuple[str, str, str, int], tuple[str, Transport]] = {}
+        self._kinds: dict[tuple[str, str], str] = {}
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
         self._endpoints: dict[str, str] = {}
         self._closers: list[Callable[[], None]] = []
@@ -260,37 +278,42 @@ class ModelClient:
             return "not-needed"  # self-hosted endpoints (vLLM, Ollama, llama.cpp) rarely check keys
         raise ModelCallError(f"{role.model}: set {var} (or --*-api-key-env) to reach the hosted endpoint")
 
-    def _client(self, role: RoleConfig) -> openai.AsyncOpenAI:
+    def _transport(self, role: RoleConfig) -> tuple[str, Transport]:
+        """(transport name, transport) for the role's endpoint, made once per endpoint and event loop."""
         url = self.endpoint(role)
-        # Connection pools belong to an event loop: one client per loop, so a ModelClient can be
+        # Connection pools belong to an event loop: one transport per loop, so a ModelClient can be
         # shared by envs stepped from different loops (vector envs, threads, forked workers).
         loop = id(asyncio.get_running_loop())
-        ident = (url, role.api_key_env or "", loop)
-        if ident not in self._clients:
-            stats = self.stats
+        kind = self._kinds.get((url, role.transport))
+        if kind is None:  # reading the proxy settings walks os.environ: once per endpoint
+            kind = self._kinds[(url, role.transport)] = choose(role.transport, url)
+        ident = (url, role.api_key_env or "", kind, loop)
+        if ident not in self._transports:
+            key = self._api_key(role)
+            if kind == "direct":
+                made: Transport = DirectTransport(url, api_key=key)
+            else:
+                import httpx2
+                import openai
 
-            async def count_attempt(request: Any) -> None:
-                stats.attempts += 1
-                mine = _CALL_ATTEMPTS.get()
-                if mine is not None:
-                    mine[0] += 1
-
-            import httpx2
-
-            http = httpx2.AsyncClient(event_hooks={"request": [count_attempt]},
-                                      limits=httpx2.Limits(max_connections=role.concurrency + 8))
-            # max_retries=0: the retry loop is ours (chat), so body faults are retried alike and
-            # no attempt can outlive the call's deadline.
-            self._clients[ident] = openai.AsyncOpenAI(base_url=url, api_key=self._api_key(role), max_retries=0,
-                                                      timeout=role.timeout_s, http_client=http)
+                # max_retries=0: the retry loop is ours (_attempts), so body faults are retried
+                # alike and no attempt can outlive the call's deadline.
+                http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=role.concurrency + 8))
+                made = SDKTransport(openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0,
+                                                       timeout=role.timeout_s, http_client=http))
+            self._transports[ident] = (kind, made)
             self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
-        return self._clients[ident]
+        return self._transports[ident]
+
+    def transports(self) -> dict[str, str]:
+        """Which transport carries each endpoint (redacted URL -> `sdk` / `direct`), for run.json."""
+        return {redact_url(url) or url: kind for (url, _, kind, _) in self._transports}
 
     async def aclose(self) -> None:
-        """Close the clients of the running loop (others' pools die with their loops)."""
+        """Close the transports of the running loop (others' pools die with their loops)."""
         loop = id(asyncio.get_running_loop())
-        for ident in [k for k in self._clients if k[2] == loop]:
-            await self._clients.pop(ident).close()
+        for ident in [k for k in self._transports if k[3] == loop]:
+            await self._transports.pop(ident)[1].aclose()
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -335,26 +358,26 @@ class ModelClient:
                 self._emit(role, call_id, digest, _now(), attempt=0, outcome="cache_hit", latency_s=0.0,
                            usage=usage, response=hit["text"])
                 return Completion(redact(hit["text"]), usage, cached=True)
-        client = self._client(role)
-        # response_format goes in the body as is: the SDK would otherwise walk the whole JSON schema
-        # through its type transforms on every call (a measurable share of a turn's CPU).
-        extra: dict[str, Any] = {"extra_body": {"response_format": response_format}} if response_format else {}
+        _, transport = self._transport(role)
+        # One serialisation per call, reused by every attempt. response_format goes in as is.
+        body = json.dumps({"model": role.model_name, "messages": list(messages), **params,
+                           **({"response_format": response_format} if response_format else {})},
+                          ensure_ascii=False).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
         if role.provider == "mock":
             ctx = current_context()
-            extra["extra_headers"] = {MOCK_CONTEXT_HEADER: f"{ctx.episode or ''}|{ctx.role or ''}|{ctx.stage or ''}"}
+            headers[MOCK_CONTEXT_HEADER] = f"{ctx.episode or ''}|{ctx.role or ''}|{ctx.stage or ''}"
         self.stats.calls += 1
         attempts = [0]  # this call's own transport attempts (other calls run concurrently)
         cpu_started = time.process_time()
         async with self._limits[(self.endpoint(role), id(asyncio.get_running_loop()))]:
-            token = _CALL_ATTEMPTS.set(attempts)
             self.stats.in_flight += 1
             try:
                 # The deadline starts once a slot is free: waiting behind our own concurrency
                 # limit is not the endpoint's time.
-                content, finish, usage = await self._attempts(role, client, messages, params, extra, structured,
-                                                              call_id, digest)
+                content, finish, usage = await self._attempts(role, transport, body, headers, structured,
+                                                              call_id, digest, attempts)
             finally:
-                _CALL_ATTEMPTS.reset(token)
                 self.stats.in_flight -= 1
                 self.stats.client_cpu_s += time.process_time() - cpu_started
         if attempts[0] > 1:
@@ -366,27 +389,29 @@ class ModelClient:
             self.cache.put(key, {"text": text, "usage": usage.model_dump()})
         return Completion(text, usage, finish_reason=finish)
 
-    async def _attempts(self, role: RoleConfig, client: openai.AsyncOpenAI, messages: Sequence[Message],
-                        params: dict[str, Any], extra: dict[str, Any], structured: bool, call_id: str,
-                        digest: str) -> tuple[str, str | None, Usage]:
+    async def _attempts(self, role: RoleConfig, transport: Transport, body: bytes, headers: dict[str, str],
+                        structured: bool, call_id: str, digest: str,
+                        attempts: list[int]) -> tuple[str, str | None, Usage]:
         """Send until a usable answer, a final error, or the whole-call deadline."""
         deadline = time.monotonic() + role.timeout_s
         tries = role.max_retries + 1
         for attempt in range(1, tries + 1):
             started_at, started = _now(), time.perf_counter()
             status: int | None = None
-            body: str | None = None
+            text: str | None = None
             retry_after: float | None = None
             try:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
+                self.stats.attempts += 1
+                attempts[0] += 1
                 async with asyncio.timeout(remaining):
-                    raw = await client.chat.completions.with_raw_response.create(
-                        model=role.model_name, messages=list(messages), **params, **extra)  # type: ignore[arg-type]
-                    http = raw.http_response
-                    status, body = http.status_code, http.text
-                content, finish, usage = read_completion(http.headers.get("content-type", ""), body, structured)
+                    reply = await transport.post("/chat/completions", body, headers)
+                status, text = reply.status, reply.text()
+                if not 200 <= status < 300:
+                    raise _StatusFault(status)
+                content, finish, usage = read_completion(reply.headers.get("content-type", ""), text, structured)
             except asyncio.CancelledError:
                 # Cut from outside (a sibling audit stage failed, the turn timed out): still a
                 # request that was sent, so it gets its line.
@@ -399,26 +424,21 @@ class ModelClient:
                 self.stats.deadline_exceeded += 1
                 self._emit(role, call_id, digest, started_at, attempt=attempt, outcome="deadline",
                            latency_s=round(time.perf_counter() - started, 3))
-                log.warning("model_call_deadline", model=role.model, attempt=attempt, deadline_s=role.timeout_s)
+                log.warning("model_call_deadline", **context_fields(), model=role.model, attempt=attempt, deadline_s=role.timeout_s)
                 raise ModelCallError(f"{role.model}: timed out: no complete answer within the {role.timeout_s:g} s "
                                      f"call deadline (attempt {attempt})") from None
-            except openai.APIStatusError as e:
-                status = e.status_code
+            except _StatusFault:
+                assert status is not None
                 outcome = f"http {status}"
                 retryable = status in RETRY_STATUS or status >= 500
-                retry_after = _retry_after(e.response.headers.get("retry-after"))
-                final: ModelCallError = ModelCallError(redact(f"{role.model}: HTTP {status} after {attempt} attempt(s)"))
-                body = _body_text(e.response)
-            except openai.APITimeoutError:
+                retry_after = _retry_after(reply.headers.get("retry-after"))
+                final: ModelCallError = ModelCallError(f"{role.model}: HTTP {status} after {attempt} attempt(s)")
+            except TransportTimeout:
                 outcome, retryable = "timeout", True
                 final = ModelCallError(f"{role.model}: timed out after {attempt} attempt(s)")
-            except openai.APIConnectionError as e:
+            except TransportError as e:
                 outcome, retryable = "connection failed", True
-                cause = type(e.__cause__).__name__ if e.__cause__ else type(e).__name__
-                final = ModelCallError(redact(f"{role.model}: connection failed after {attempt} attempt(s) ({cause})"))
-            except openai.APIError as e:
-                outcome, retryable = type(e).__name__, False
-                final = ModelCallError(redact(f"{role.model}: {type(e).__name__}: {e}"))
+                final = ModelCallError(redact(f"{role.model}: connection failed after {attempt} attempt(s) ({e})"))
             except _BodyFault as e:
                 self.stats.malformed += 1
                 outcome, retryable = str(e), True
@@ -426,16 +446,16 @@ class ModelClient:
             else:
                 self._emit(role, call_id, digest, started_at, attempt=attempt, outcome="ok", status=status,
                            latency_s=round(time.perf_counter() - started, 3), finish_reason=finish, usage=usage,
-                           response=body)
-                log.debug("model_call", model=role.model, attempt=attempt, prompt_tokens=usage.prompt_tokens,
+                           response=text)
+                log.debug("model_call", **context_fields(), model=role.model, attempt=attempt, prompt_tokens=usage.prompt_tokens,
                           completion_tokens=usage.completion_tokens, cached_tokens=usage.cached_tokens,
                           finish_reason=finish, seconds=round(time.perf_counter() - started, 3))
                 return content, finish, usage
             delay = _backoff(attempt, retry_after)
             again = retryable and attempt < tries and time.monotonic() + delay < deadline
             self._emit(role, call_id, digest, started_at, attempt=attempt, outcome=outcome, status=status,
-                       retry=again, latency_s=round(time.perf_counter() - started, 3), response=body)
-            log.info("model_call_failed", model=role.model, attempt=attempt, outcome=redact(outcome), retry=again)
+                       retry=again, latency_s=round(time.perf_counter() - started, 3), response=text)
+            log.info("model_call_failed", **context_fields(), model=role.model, attempt=attempt, outcome=redact(outcome), retry=again)
             if not again:
                 self.stats.failed += 1
                 raise final from None
@@ -492,7 +512,7 @@ class ModelClient:
                 self.stats.invalid += 1
                 if attempt < self.reasks:
                     self.stats.reasks += 1
-                    log.info("reask", model=role.model, stage=name, attempt=attempt + 1, problems=problems[:3])
+                    log.info("reask", **context_fields(), model=role.model, attempt=attempt + 1, problems=problems[:3])
                     convo = [*convo, {"role": "assistant", "content": completion.text[:4000]},
                              {"role": "user", "content": "That answer cannot be used: " + "; ".join(problems)
                               + ". Answer again with one JSON object that follows the schema exactly, and nothing else.\n"
@@ -516,8 +536,4 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     return min(0.5 * 2.0 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
 
 
-def _body_text(response: Any) -> str | None:
-    try:
-        return str(response.text)
-    except Exception:  # a body that could not be read is simply not logged
-        return None
+

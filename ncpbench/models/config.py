@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ncpbench.models.redaction import redact_url
+from ncpbench.models.transport import TransportName
 from ncpbench.plugins import is_plugin_ref
 from ncpbench.protocol import PROTOCOLS as PROTOCOL_PRESETS
 from ncpbench.protocol import AuditProtocol, get_protocol
@@ -83,6 +84,9 @@ class RoleConfig(BaseModel):
     """Client retries (with backoff, honouring Retry-After) for 429 / 5xx / timeouts / resets / unusable 200 bodies."""
     concurrency: int = Field(default=64, ge=1)
     """Most requests in flight to this endpoint at once (at least 1: 0 would wait forever)."""
+    transport: TransportName = "auto"
+    """How requests travel: `sdk` (the openai SDK's HTTP stack), `direct` (our lean HTTP/1.1 client),
+    `auto` (direct for plain-http endpoints without a proxy, sdk otherwise). It never changes a result."""
 
     @property
     def provider(self) -> str:

@@ -34,6 +34,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -261,6 +262,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, b'{"error": {"message": "request body is not JSON"}}')
             return
         cfg = self.server.config
+        if self.server.on_request is not None:
+            self.server.on_request(body)
         fault = self.server.draw_fault()
         if cfg.latency_ms:
             time.sleep(cfg.latency_ms / 1000)
@@ -328,6 +331,7 @@ class _Server(ThreadingHTTPServer):
         self.stats = MockStats()
         self.lock = threading.Lock()
         self.rng = random.Random(config.seed)
+        self.on_request: Callable[[dict[str, Any]], None] | None = None
         self.prompts: dict[str, str] = {}
         """The last prompt per cache key (oldest evicted past MAX_PROMPTS)."""
 
@@ -365,9 +369,13 @@ class _Server(ThreadingHTTPServer):
 class MockServer:
     """`with MockServer(MockConfig(...)) as server: server.base_url` — runs in a daemon thread."""
 
-    def __init__(self, config: MockConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, config: MockConfig | None = None, host: str = "127.0.0.1", port: int = 0,
+                 on_request: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """`on_request` sees every parsed chat request before it is answered (benchmarks record
+        prompts with it); it runs on the server's request threads."""
         self.config = config or MockConfig()
         self._server = _Server((host, port), self.config)
+        self._server.on_request = on_request
         self._thread: threading.Thread | None = None
 
     @property

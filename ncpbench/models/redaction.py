@@ -66,10 +66,13 @@ def redact(text: str) -> str:
     for value in _KNOWN_KEYS:
         if value in text:
             text = text.replace(value, "[redacted]")
+    # Substring checks first: the regexes are case-insensitive scans, and most texts hold none of it.
     if "@" in text:
         text = _URL_CREDENTIALS.sub(r"\1[redacted]@", text)
-    text = _BEARER.sub(r"\1[redacted]", text)
-    text = _SK_KEY.sub("[redacted]", text)
+    if "bearer" in text.lower():
+        text = _BEARER.sub(r"\1[redacted]", text)
+    if "sk-" in text:
+        text = _SK_KEY.sub("[redacted]", text)
     for value in _environment_secrets():
         if value in text:
             text = text.replace(value, "[redacted]")
