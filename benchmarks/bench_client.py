@@ -12,6 +12,8 @@ SDK and its HTTP stack. This measures, side by side in one run against `ncpbench
 - sdk-raw:    `client.post(..., cast_to=httpx2.Response)` and `json.loads` of the body: no request
               transform, no response model (retries, timeouts and status errors are still the SDK's);
 - httpx2:     the bare `httpx2.AsyncClient.post(json=...)`, no SDK;
+- direct:     the shipped `DirectTransport` (ncpbench/models/transport.py) with `pydantic_core`
+              encoding, what `ModelClient` uses for plain-http endpoints (transport `auto`);
 - streams:    a minimal keep-alive HTTP/1.1 client on asyncio streams (the floor of the transport).
 
 Each path makes the same auditor-sized request (a real conflict-check prompt layout, ~13,000
@@ -93,7 +95,10 @@ async def measure(url: str, path: str, calls: int, concurrency: int) -> float:
     """CPU ms per call of one path (process CPU over the whole run / calls)."""
     import httpx2
     import openai
+    import pydantic_core
     from openai.types.chat import ChatCompletion
+
+    from ncpbench.models.transport import DirectTransport
 
     body = sample_request()
     conns = concurrency + 8
@@ -103,6 +108,7 @@ async def measure(url: str, path: str, calls: int, concurrency: int) -> float:
                for h in https]
     host, port = url.split("//")[1].split("/")[0].split(":")
     streams = StreamsClient(host, int(port))
+    direct = DirectTransport(url, api_key="not-needed")
     counter = iter(range(10**9))
 
     async def one() -> None:
@@ -119,6 +125,10 @@ async def measure(url: str, path: str, calls: int, concurrency: int) -> float:
         elif path in ("sdk-raw", "sharded"):
             raw = await client.post("/chat/completions", body=body, cast_to=httpx2.Response)
             text = json.loads(raw.content)["choices"][0]["message"]["content"]
+        elif path == "direct":
+            reply = await direct.post("/chat/completions", pydantic_core.to_json(body),
+                                      {"Content-Type": "application/json"})
+            text = json.loads(reply.body)["choices"][0]["message"]["content"]
         elif path == "httpx2":
             r = await https[0].post(url + "/chat/completions", json=body)
             text = r.json()["choices"][0]["message"]["content"]
@@ -139,6 +149,7 @@ async def measure(url: str, path: str, calls: int, concurrency: int) -> float:
     for c in clients:
         await c.close()
     await streams.close()
+    await direct.aclose()
     return cpu / calls * 1000
 
 
@@ -157,7 +168,7 @@ def main() -> None:
         size = sum(len(m["content"]) for m in sample_request()["messages"])
         print(f"{args.calls} calls per cell, request of {size:,} prompt characters, mock latency "
               f"{args.latency_ms:g} ms; process CPU ms per call")
-        paths = ("sdk", "sdk-post", "sdk-raw", "sharded", "httpx2", "streams")
+        paths = ("sdk", "sdk-post", "sdk-raw", "sharded", "httpx2", "direct", "streams")
         cells = [(p, c) for p in paths for c in (1, 100) if not (p == "sharded" and c == 1)]
         results: dict[tuple[str, int], list[float]] = {cell: [] for cell in cells}
         for _ in range(args.repeat):  # interleaved rounds: a burst of load elsewhere hits every path alike
