@@ -222,6 +222,18 @@ def test_a_broken_response_is_a_transport_error_naming_what_broke(data: bytes, w
         post_all(server.url, 1)
 
 
+def test_a_204_has_no_body_and_leaves_the_connection_usable() -> None:
+    answers = [b"HTTP/1.1 204 No Content\r\n\r\n", reply(completion("after"))]
+    with raw_server(lambda n: (answers[n], False)) as server:
+        assert post_all(server.url, 2) == [b"", completion("after")]
+    assert server.connections == 1
+
+
+def test_a_key_with_a_line_break_is_refused_before_it_can_forge_a_header() -> None:
+    with pytest.raises(ValueError, match="line break"):
+        DirectTransport("http://127.0.0.1:9/v1", api_key="sk-abc\r\nX-Evil: 1")
+
+
 def test_a_refused_connection_is_a_transport_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -134,6 +134,8 @@ class DirectTransport:
         self.tls = parts.scheme == "https"
         self.authority = parts.netloc.rpartition("@")[2]  # credentials never go in the Host header
         self.max_idle = max_idle
+        if api_key and ("\r" in api_key or "\n" in api_key):
+            raise ValueError("the API key contains a line break: check the variable it is read from")
         self._auth = f"Authorization: Bearer {api_key}" if api_key else None
         self._idle: list[_Conn] = []
         self._ssl: ssl.SSLContext | None = None
@@ -217,6 +219,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[HTTPReply, bool]
         break
     connection = headers.get("connection", "").lower()
     keep = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
+    if status in (204, 304):  # no body by definition, whatever the headers say
+        return HTTPReply(status, headers, b""), keep
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = await _read_chunked(reader)
     elif "content-length" in headers:
