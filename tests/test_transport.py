@@ -261,7 +261,7 @@ def test_both_transports_carry_the_same_request_and_bring_back_the_same_answer(t
     seen: list[dict[str, object]] = []
     with MockServer(on_request=seen.append) as server:
         role = RoleConfig(model="mock/default", base_url=server.base_url, temperature=0.6, top_p=0.95, max_tokens=50,
-                          transport=transport)  # type: ignore[arg-type]
+                          transport=transport)
         text = ask(role)
     assert seen == [{"model": "default", "messages": MESSAGES, "temperature": 0.6, "top_p": 0.95, "max_tokens": 50}]
     assert text == answer_for(seen[0], MockConfig())[1]
@@ -279,8 +279,17 @@ def test_every_fault_reads_the_same_through_either_transport(transport: str, fau
     entries: list[CallEntry] = []
     with MockServer(MockConfig(fault_rate=1.0, fault_kinds=(fault,), retry_after_s=0)) as server:
         role = RoleConfig(model="mock/default", base_url=server.base_url, max_retries=1,
-                          transport=transport)  # type: ignore[arg-type]
+                          transport=transport)
         with pytest.raises(error):
             ask(role, entries)
         assert server.stats.requests == 2
     assert [(e.attempt, e.outcome, e.retry) for e in entries] == [(1, outcome, True), (2, outcome, False)]
+
+
+def test_a_body_past_the_bound_is_a_transport_fault_the_client_retries() -> None:
+    answers = [reply(b"", f"Content-Length: {MAX_BODY_BYTES + 1}"), reply(completion("after the retry"))]
+    entries: list[CallEntry] = []
+    with raw_server(lambda n: (answers[n], n == 0)) as server:
+        role = RoleConfig(model="openai/x", base_url=server.url, max_retries=1, transport="direct")
+        assert ask(role, entries) == "after the retry"
+    assert [(e.attempt, e.outcome) for e in entries] == [(1, "connection failed"), (2, "ok")]
