@@ -109,7 +109,7 @@ def test_a_key_from_an_oddly_named_variable_is_redacted_where_the_endpoint_echoe
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     role = RoleConfig(model="openai/x", base_url=url, api_key_env="NCPB_ODD_NAME", max_retries=0,
-                      transport=transport)  # type: ignore[arg-type]
+                      transport=transport)
     entries: list[CallEntry] = []
 
     async def go() -> str:
