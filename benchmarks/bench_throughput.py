@@ -46,7 +46,7 @@ def batch(url: str, films: int, turns: int, concurrency: int, out: str, profile:
     from ncpbench.runner import run_batch
 
     role = RoleConfig(model="mock/default", base_url=url, concurrency=max(64, concurrency * 2),
-                      transport=transport)  # type: ignore[arg-type]
+                      transport=transport)
     config = RunConfig(narrator=role, player=role, auditor=role)
     envs = bundled_slugs()[:films]
     prof = None
