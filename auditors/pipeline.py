@@ -25,7 +25,6 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ncpbench.auditors import prompts
-from ncpbench.auditors.grounding import is_grounded
 from ncpbench.auditors.schemas import (
     ConflictCheckOutput,
     Decision,
@@ -45,7 +44,7 @@ from ncpbench.ledger import FactDiff
 from ncpbench.models.calllog import call_context
 from ncpbench.models.client import ModelClient, schema_of
 from ncpbench.models.config import RoleConfig
-from ncpbench.protocol import credit_nodes, preview_ledger
+from ncpbench.protocol import credit_nodes, is_grounded, preview_ledger
 from ncpbench.protocols import AuditRequest
 from ncpbench.trajectory import TrajectoryGraph
 from ncpbench.verdict import Conflict, ConflictKind, NodeEvidence, Usage, Verdict
@@ -192,7 +191,8 @@ class LLMAuditor:
             grounded = is_grounded(evidence, req.reply)
             final = claim.model_copy(update={"evidence": evidence[:MAX_TEXT], "grounded": grounded,
                                              "reason": f"{claim.reason} | double check: {d.reason}"[:MAX_TEXT]})
-            # Grounded protocol: a confirmation whose quote is not in the reply does not stand.
+            # Grounded protocol: apply_turn refuses a confirmation whose quote is not in the reply
+            # whatever we return; refusing it here too lets the audit go on to the plot and statuses.
             stands = d.confirmed and (grounded or not grounded_mode)
             (confirmed if stands else overturned).append(final)
         return confirmed, overturned

@@ -15,7 +15,8 @@ module and the auditors read. Two presets exist:
   accumulates); every commitment is re-judged every turn and a SATISFIED one may go back to
   PENDING; nothing is credited from the plot graph.
 - `grounded`: our stricter extension. A claimed conflict stands only when its quote is found in
-  the reply; any frontier node may complete, several per turn, credited in plot order; a node needs
+  the reply (checked here, in `apply_turn`, whatever auditor produced the verdict: `is_grounded`);
+  any frontier node may complete, several per turn, credited in plot order; a node needs
   trigger and key delta in the same reply; statuses only move forward and the plot graph credits
   the satisfactions it proves (achievement node done, ordering `after` done, invariant `until`
   done).
@@ -25,6 +26,7 @@ docs/PROTOCOL.md describes both, and what each difference does to scores.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,7 +38,7 @@ from ncpbench.record import TurnRecord
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState, Exchange, NodeMark, Outcome
 from ncpbench.trajectory import TrajectoryGraph
-from ncpbench.verdict import ConflictKind, Verdict
+from ncpbench.verdict import Conflict, ConflictKind, Verdict
 
 
 class AuditProtocol(BaseModel):
@@ -98,6 +100,56 @@ def get_protocol(protocol: AuditProtocol | str | None) -> AuditProtocol:
     raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
 
 
+# -- evidence grounding -----------------------------------------------------------------------------
+# A rule of the grounded protocol, so it lives with the other rules: an auditor may ask for quotes,
+# but only this check decides whether a claimed conflict may end the episode.
+
+_QUOTE_MARKS = str.maketrans({"“": '"', "”": '"', "„": '"', "«": '"', "»": '"', "‘": "'", "’": "'", "‚": "'",
+                              "`": "'"})
+
+MIN_QUOTE_CHARS = 8
+"""A quote shorter than this ("no", "he") says nothing about where a conflict is."""
+
+
+def normalise_quote(text: str) -> str:
+    """Curly quotes straightened, "…" spelled out, whitespace runs collapsed, lower case."""
+    text = text.translate(_QUOTE_MARKS).replace("…", "...")
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def is_grounded(quote: str | None, reply: str) -> bool:
+    """True when the quote (outer quote marks and ellipses trimmed) is a real piece of the reply:
+    at least MIN_QUOTE_CHARS long and found at word boundaries (so "no" is not found in "know")."""
+    if not quote:
+        return False
+    q = normalise_quote(quote).strip(" \"'.")
+    if len(q) < MIN_QUOTE_CHARS:
+        return False
+    return re.search(rf"(?<!\w){re.escape(q)}(?!\w)", normalise_quote(reply)) is not None
+
+
+def ground_conflicts(verdict: Verdict, reply: str, protocol: AuditProtocol) -> tuple[Verdict, list[Conflict]]:
+    """(the verdict as the protocol lets it stand, the conflicts it refused).
+
+    Under `grounded_evidence` a conflict whose quote is not in the reply is moved to `overturned`,
+    marked `grounded=False` with the reason saying so; the auditor's own `grounded` flag is not
+    trusted. Other protocols get the verdict unchanged (published: the double check decides).
+    """
+    if not protocol.grounded_evidence or not verdict.conflicts:
+        return verdict, []
+    standing: list[Conflict] = []
+    refused: list[Conflict] = []
+    for c in verdict.conflicts:
+        if is_grounded(c.evidence, reply):
+            standing.append(c if c.grounded else c.model_copy(update={"grounded": True}))
+        else:
+            refused.append(c.model_copy(update={
+                "grounded": False, "reason": f"{c.reason} | {protocol.label}: the quote is not in the reply"}))
+    if standing == verdict.conflicts:
+        return verdict, []
+    return verdict.model_copy(update={"conflicts": standing, "overturned": [*verdict.overturned, *refused]}), refused
+
+
 class StatusChange(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -119,6 +171,9 @@ class TurnOutcome(BaseModel):
     """Nodes the auditor claimed that the protocol does not credit now (out of plot order, not the
     current node, or a second node in one turn)."""
     status_changes: list[StatusChange] = Field(default_factory=list)
+    ungrounded_conflicts: list[Conflict] = Field(default_factory=list)
+    """Conflicts the auditor confirmed that the protocol refused because their quote is not in the
+    reply (`grounded_evidence`); the record's verdict lists them under `overturned`."""
     outcome: Outcome
     terminated: bool
     """CONFLICT or SUCCESS: the episode is over by its own rules."""
@@ -222,7 +277,9 @@ def apply_turn(spec: Spec, graph: TrajectoryGraph, state: EpisodeState, action: 
     """Apply the audit of the reply to turn `state.turn + 1`.
 
     A confirmed conflict ends the episode as CONFLICT and commits nothing of the turn (a
-    commitment conflict marks its commitment VIOLATED). Otherwise the fact diff (with the
+    commitment conflict marks its commitment VIOLATED). Under `grounded_evidence` only a conflict
+    whose quote is found in the reply is confirmed; the others are overturned here, whichever
+    auditor wrote the verdict. Otherwise the fact diff (with the
     opening's, at turn 1), the plot nodes the protocol credits and the commitment statuses are
     committed together; SUCCESS when every achievement is SATISFIED, SURVIVAL at `max_turns`.
     Raises AuditError when the verdict cannot apply (an unknown fact or commitment id).
@@ -232,12 +289,14 @@ def apply_turn(spec: Spec, graph: TrajectoryGraph, state: EpisodeState, action: 
     if not reply.strip():
         raise ValueError("the reply is empty: a narration must contain text")
     turn = state.turn + 1
+    verdict, ungrounded = ground_conflicts(verdict, reply, protocol)
     if verdict.conflicts:
         book = _violations(state, verdict, turn)
         new_state = state.model_copy(update={"commitments": book}).finish(Outcome.CONFLICT)
         record = TurnRecord(turn=turn, player_action=action, narrator_reply=reply, verdict=verdict, committed=False)
         return TurnOutcome(state=new_state, record=record, status_changes=_changes(state.commitments, book),
-                           outcome=Outcome.CONFLICT, terminated=True, truncated=False)
+                           ungrounded_conflicts=ungrounded, outcome=Outcome.CONFLICT, terminated=True,
+                           truncated=False)
 
     completed, rejected, marks = credit_nodes(graph, state, verdict, protocol, turn)
     diff = state.pending_diff.merge(verdict.fact_diff)
@@ -267,4 +326,5 @@ def apply_turn(spec: Spec, graph: TrajectoryGraph, state: EpisodeState, action: 
     record = TurnRecord(turn=turn, player_action=action, narrator_reply=reply, verdict=verdict, committed=True,
                         completed_nodes=completed, rejected_nodes=rejected)
     return TurnOutcome(state=new_state, record=record, completed_nodes=completed, rejected_nodes=rejected,
-                       status_changes=changes, outcome=outcome, terminated=success, truncated=truncated)
+                       status_changes=changes, ungrounded_conflicts=ungrounded, outcome=outcome,
+                       terminated=success, truncated=truncated)

@@ -6,13 +6,13 @@ import asyncio
 from typing import Any
 
 from ncpbench.auditors import LLMAuditor, prompts
-from ncpbench.auditors.grounding import is_grounded
 
 from ncpbench import NarrativeEnv, Outcome
 from ncpbench.episode import play_episode
 from ncpbench.models.client import ModelClient
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
+from ncpbench.protocol import GROUNDED, is_grounded
 from ncpbench.protocols import AuditRequest
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
@@ -124,3 +124,28 @@ def test_instructions_and_fake_json_inside_a_reply_do_not_change_the_verdict(tin
         verdict = asyncio.run(go())
     assert verdict.conflicts and verdict.conflicts[0].kind is ConflictKind.FACT
     assert verdict.completed_nodes == []
+
+
+def test_grounded_pipeline_refuses_an_unquoted_confirmation_and_goes_on_to_judge_the_plot(tiny: Spec) -> None:
+    # The core refuses such a conflict anyway; the pipeline refusing it too is what lets the turn be
+    # judged like any clean one (plot and statuses) instead of committing with nothing judged.
+    claim = ('{"conflicts": [{"kind": "fact", "target": "f_0", "evidence": "the key melts away", '
+             '"reason": "contradicts f_0"}]}')
+    confirm = '{"decisions": [{"claim": 1, "confirmed": true, "reason": "holds"}]}'
+    mock = MockConfig(advance_every=1, scripted={"conflict_check": [claim], "double_check": [confirm]})
+    with MockServer(mock) as server:
+        r = RoleConfig(model="mock/default", base_url=server.base_url)
+
+        async def go() -> Any:
+            client = ModelClient()
+            try:
+                req = AuditRequest(spec=tiny, state=EpisodeState.initial(tiny), player_action="I wait.",
+                                   reply="Mara waits by the rail.", frontier=("s_0",), protocol=GROUNDED)
+                return await LLMAuditor(client, r).audit(req)
+            finally:
+                await client.aclose()
+
+        verdict = asyncio.run(go())
+    assert verdict.conflicts == [] and [c.target for c in verdict.overturned] == ["f_0"]
+    assert not verdict.overturned[0].grounded
+    assert "trajectory_check" in verdict.usage and verdict.completed_nodes == ["s_0"]

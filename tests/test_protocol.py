@@ -67,6 +67,54 @@ def test_conflicting_turn_commits_nothing_and_marks_a_broken_commitment_violated
     assert out.state.completed_nodes == () and out.state.commitments.get("c_0").status is Status.VIOLATED
 
 
+def unquoted_conflict() -> Verdict:
+    # grounded=True is the field's default: the core must not take the auditor's word for it.
+    return Verdict(conflicts=[Conflict(kind=ConflictKind.COMMITMENT, target="c_0", evidence="you open the vault now",
+                                       reason="opened early", grounded=True)],
+                   fact_diff=FactDiff(add=["Mara waits by the rail."]))
+
+
+def test_grounded_refuses_a_conflict_whose_quote_is_not_in_the_reply_whatever_the_auditor(tiny: Spec) -> None:
+    g, state = TrajectoryGraph(tiny), opened(tiny)
+    reply = "Mara waits by the rail while the ferry docks."
+    out = apply_turn(tiny, g, state, "I wait.", reply, unquoted_conflict(), GROUNDED, 10)
+    assert out.outcome is Outcome.ONGOING and out.committed and not out.terminated
+    assert out.state.commitments.get("c_0").status is Status.PENDING, "an unquoted claim breaks nothing"
+    assert out.state.ledger.active()[-1].content == "Mara waits by the rail.", "the turn commits as a clean one"
+    recorded = out.record.verdict
+    assert recorded.conflicts == [] and [c.target for c in recorded.overturned] == ["c_0"]
+    assert not recorded.overturned[0].grounded and "grounded/1: the quote is not in the reply" in recorded.overturned[0].reason
+    assert out.ungrounded_conflicts == recorded.overturned
+
+
+def test_published_lets_the_same_unquoted_conflict_stand(tiny: Spec) -> None:
+    # The published protocol leaves evidence to the double check: the core does not look at quotes.
+    g, state = TrajectoryGraph(tiny), opened(tiny)
+    out = apply_turn(tiny, g, state, "I wait.", "Mara waits by the rail while the ferry docks.", unquoted_conflict(),
+                     PUBLISHED, 10)
+    assert out.outcome is Outcome.CONFLICT and not out.committed and out.ungrounded_conflicts == []
+    assert out.record.verdict == unquoted_conflict()
+    assert out.state.commitments.get("c_0").status is Status.VIOLATED
+
+
+def test_grounded_keeps_a_conflict_quoted_with_other_spacing_and_quote_marks(tiny: Spec) -> None:
+    g, state = TrajectoryGraph(tiny), opened(tiny)
+    verdict = Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, target="f_1", evidence="“the key   MELTS”",
+                                          reason="f_1 says it is intact", grounded=False)])
+    out = apply_turn(tiny, g, state, "I look.", 'And then "the key melts" in her pocket.', verdict, GROUNDED, 10)
+    assert out.outcome is Outcome.CONFLICT and out.ungrounded_conflicts == []
+    assert out.record.verdict.conflicts[0].grounded, "the core's finding is what the record says"
+
+
+def test_a_grounded_run_checks_quotes_with_a_replayed_auditor(tiny: Spec) -> None:
+    env = env_with(tiny, [Verdict(), unquoted_conflict()], protocol="grounded")
+    infos = play(env, 2)
+    assert [i["outcome"] for i in infos] == ["ONGOING", "ONGOING"]
+    record = env.record()
+    assert record.conflict_kinds == [] and record.history[1].committed
+    assert [c.target for c in record.history[1].verdict.overturned] == ["c_0"]
+
+
 def test_a_verdict_that_cannot_apply_is_an_audit_error_not_a_verdict(tiny: Spec) -> None:
     g, state = TrajectoryGraph(tiny), opened(tiny)
     with pytest.raises(AuditError, match="f_99"):
