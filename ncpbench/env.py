@@ -388,7 +388,8 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
             "reward": sum(parts.values()), "usage": self._usage(narrator_usage, verdict), "notes": notes}))
         if not self._state.done:
             await self._next_action()
-        obs, info = self._observation_and_info(verdict, parts, notes)
+        # The verdict as the core applied it (grounded/1 may have set unquoted conflicts aside).
+        obs, info = self._observation_and_info(outcome.record.verdict, parts, notes)
         return obs, sum(parts.values()), outcome.terminated, outcome.truncated, info
 
     async def _audit(self, action: str | None, reply: str) -> Verdict:

@@ -36,9 +36,9 @@ LIMIT = 5
 
 
 def play(spec: Spec, verdicts: list[Verdict], replies: list[str], replicate: int, *, fail: str | None = None,
-         config: dict[str, object] | None = None) -> EpisodeRecord:
+         config: dict[str, object] | None = None, protocol: str = "grounded") -> EpisodeRecord:
     env = NarrativeEnv(spec, player=ReplayPlayer(["I look around.", "I walk on.", "I jump into the sea."]),
-                       auditor=ReplayAuditor(verdicts), max_turns=LIMIT, protocol="grounded")  # graph credit
+                       auditor=ReplayAuditor(verdicts), max_turns=LIMIT, protocol=protocol)  # grounded: graph credit
     env.reset(seed=replicate)
     for reply in replies:
         _, _, term, trunc, _ = env.step(reply)
@@ -74,7 +74,9 @@ def scenario(tiny: Spec) -> list[EpisodeRecord]:
         play(tiny, [CLEAN, Verdict(fact_diff=FactDiff(add=["The pier is slick with rain."])),
                     Verdict(fact_diff=FactDiff(negate=["f_0"]), completed_nodes=["s_0"])],
              ["Opening.", "Rain falls on the pier.", "You step off the ferry.", "Waves.", "Gulls.", "Wind."], 2),
-        play(tiny, [CLEAN, unfound], ["Opening.", "Nothing happens at all."], 3),
+        # published: the double check decides, so a CONFLICT may quote what the reply does not contain
+        # (grounded/1 refuses such a conflict in the core).
+        play(tiny, [CLEAN, unfound], ["Opening.", "Nothing happens at all."], 3, protocol="published"),
         play(tiny, [CLEAN], ["Opening."], 4, fail="ModelCallError: endpoint kept failing"),
         play(two_genre(tiny), [CLEAN, Verdict(completed_nodes=["s_0"])], ["Opening.", "Docked.", "a", "b", "c", "d"], 0),
     ]
@@ -374,7 +376,8 @@ def test_rmst_is_per_run_to_its_own_turn_limit(tmp_path: Path, tiny: Spec) -> No
     try:  # a 3-turn run: one SURVIVAL (3 turns), one CONFLICT at turn 2
         short = [play(tiny, [CLEAN, CLEAN, CLEAN, CLEAN], ["Opening.", "a", "b", "c"], 0),
                  play(tiny, [CLEAN, CLEAN, Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, evidence="b",
-                                                                        reason="x")])], ["Opening.", "a", "b"], 1)]
+                                                                        reason="x")])], ["Opening.", "a", "b"], 1,
+                      protocol="published")]  # a one-letter quote: grounded/1 would refuse it
     finally:
         LIMIT = saved
     long = [play(tiny, [CLEAN] * 6, ["Opening.", "a", "b", "c", "d", "e"], 0)]

@@ -50,7 +50,7 @@ class KeywordAuditor:
 
     def audit(self, request: AuditRequest) -> Verdict:
         if request.player_action is not None and self.word in request.reply:
-            return Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, target="f_1", evidence=self.word,
+            return Verdict(conflicts=[Conflict(kind=ConflictKind.FACT, target="f_1", evidence=request.reply,
                                                reason="contradicts f_1")])
         if request.player_action is not None and request.frontier:
             return Verdict(completed_nodes=[request.frontier[0]])
