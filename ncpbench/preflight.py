@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from ncpbench.models.config import ConfigError, RoleConfig, RunConfig, check_model_string
+from ncpbench.models.redaction import redact_url, remember_url_credentials
 
 # -- exit codes (README "Exit codes", docs/RUN_FORMAT.md) --------------------------------------------
 
@@ -169,24 +168,6 @@ def _check_local(role: RoleConfig, flag: str) -> None:
 
 # -- layer 3: endpoints ------------------------------------------------------------------------------
 
-_SECRETISH = re.compile(r"(?i)(key|token|secret|password|auth|sig)")
-
-
-def redact_url(url: str) -> str:
-    """The URL without user:password@ and without the values of secret-looking query parameters."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(f"{k}=***" if _SECRETISH.search(k) else f"{k}={v}" if v or "=" in pair else k
-                     for pair in parts.query.split("&") if pair
-                     for k, _, v in [pair.partition("=")])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 @dataclass
 class Endpoint:
     """One distinct endpoint (URL and key variable) and the roles that use it."""
@@ -204,6 +185,7 @@ def endpoints(config: RunConfig) -> list[Endpoint]:
         if role.provider in ("local", "python") or (role.provider == "mock" and not role.base_url):
             continue
         url = (role.base_url or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")).rstrip("/")
+        remember_url_credentials(url)  # known to redact() before the first probe can echo them
         key_var = key_variable(role) if role.provider == "openai" else None
         ident = (url, key_var)
         found.setdefault(ident, Endpoint(url, key_var, [])).roles.append((name, role))

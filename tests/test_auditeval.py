@@ -649,3 +649,73 @@ def test_cli_takes_long_range_and_audit_context(tmp_path: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert "long_fact_narration" in out and "hn_long_consistent" in out
     assert "## Long-range cases" in (tmp_path / "r" / "report.md").read_text()
+
+
+def _audit_eval_cli() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    audit_eval.register(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_audit_eval_records_and_shows_every_auditor_setting_that_can_change_a_score(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncpbench.models.config import RunConfig, resolve_run_config
+    from ncpbench.runner import BatchRunner, BatchSettings, prompt_hashes
+
+    sent: list[RoleConfig] = []
+    chat = ModelClient.chat
+
+    async def spy(self: ModelClient, role: RoleConfig, *args: object, **kwargs: object) -> object:
+        sent.append(role)  # what the auditor was really sampled with, to hold the record against
+        return await chat(self, role, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ModelClient, "chat", spy)
+    parser, out = _audit_eval_cli(), tmp_path / "ae"
+    secret = "ncpbench-canary-ae-0123456789abcdef"
+    with MockServer() as server:
+        url = f"{server.base_url}?api-key={secret}"  # direct transport drops the query; the probe could not
+        args = parser.parse_args(["audit-eval", "--auditor", "mock/default", "--auditor-base-url", url,
+                                  "--auditor-transport", "direct", "--skip-preflight", "--auditor-temperature",
+                                  "1.3", "--cases", "9", "--envs", "alien,heat", "--bootstrap", "20", "--out", str(out)])
+        assert args.func(args) == 0
+    info = json.loads((out / "run.json").read_text())
+    assert sent and {r.temperature for r in sent} == {1.3}
+    assert info["auditor temperature"] == "1.3"
+    # The rest comes from the profile `ncpbench run` gives the auditor under the published protocol.
+    run_auditor = resolve_run_config({"auditor": {"model": "mock/default"}}, environ={}).auditor
+    assert info["sampling profile"] == "paper (as `ncpbench run` under published)"
+    assert (info["auditor top_p"], info["auditor max_tokens"]) == (str(run_auditor.top_p), str(run_auditor.max_tokens))
+    assert {(r.top_p, r.max_tokens, r.seed) for r in sent} == {(0.95, 8092, None)}
+    assert info["auditor seed"] == "not set (the endpoint's default)"
+    assert (info["auditor timeout_s"], info["auditor max_retries"]) == ("120.0", "4")
+    assert info["protocol"] == "published/1" and info["endpoint"] == f"{server.base_url}?api-key=[redacted]"
+    # The dataset digest and prompt hashes are the ones a run's identity pins for the same envs and auditor.
+    runner = BatchRunner(tmp_path / "run", RunConfig(player_mode="scripted"), BatchSettings(envs=["alien", "heat"]))
+    assert info["dataset"] == runner.dataset_hash
+    auditor_hashes = {k: v for k, v in prompt_hashes(RunConfig(player_mode="scripted")).items() if "auditor" in k}
+    assert len(auditor_hashes) == 5 and {f"prompt hash {k}": v for k, v in auditor_hashes.items()}.items() <= info.items()
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        assert secret not in text
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "| auditor temperature | 1.3 |" in md and "<td>auditor temperature</td><td>1.3</td>" in page
+    assert "| sampling profile | paper (as `ncpbench run` under published) |" in md
+    assert f"| dataset | {runner.dataset_hash} |" in md and "| protocol | published/1 |" in md
+    assert "<td>prompt hash auditor:conflict_check</td>" in page and "<td>auditor top_p</td><td>0.95</td>" in page
+    assert secret not in (out / "run.json").read_text()
+    rerun = parser.parse_args(["audit-eval", "--report-only", "--bootstrap", "20", "--out", str(out)])
+    assert rerun.func(rerun) == 0
+    assert "| auditor temperature | 1.3 |" in (out / "report.md").read_text(), "a rewritten report keeps them"
+
+
+def test_audit_eval_with_another_profile_than_the_runs_says_so(tmp_path: Path) -> None:
+    parser = _audit_eval_cli()
+    args = parser.parse_args(["audit-eval", "--auditor", "mock/default", "--profile", "default", "--cases", "9",
+                              "--bootstrap", "20", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["sampling profile"] == ("default (differs from `ncpbench run`, which samples the auditor with "
+                                        "paper under published)")
+    assert (info["auditor temperature"], info["auditor seed"], info["auditor top_p"]) == (
+        "0.0", "0", "not set (the endpoint's default)")
+    assert "differs from `ncpbench run`" in (tmp_path / "report.md").read_text()

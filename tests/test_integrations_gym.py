@@ -64,7 +64,7 @@ def test_model_strings_build_an_llm_auditor_and_an_adversarial_llm_player_that_p
         assert server.stats.roles.get("player", 0) >= 1
         scripted = gym.make(IRON_MAN, auditor="mock/default", player="scripted").unwrapped
         assert isinstance(scripted.auditor, LLMAuditor) and scripted.auditor.role.model == "mock/default"  # type: ignore[attr-defined]
-        assert scripted.auditor.role.temperature == 0.0  # type: ignore[attr-defined]  # the default profile's auditor
+        assert scripted.auditor.role.temperature == 0.6  # type: ignore[attr-defined]  # paper, as `ncpbench run`
         assert isinstance(scripted.player, ScriptedPlayer)  # type: ignore[attr-defined]
 
 
@@ -84,3 +84,45 @@ def test_ncpbench_make_raises_the_step_limit_with_max_turns() -> None:
     assert env.spec is not None and env.spec.max_episode_steps == 151
     short = ncpbench.make("iron-man", auditor=ReplayAuditor(), max_turns=5)
     assert short.spec is not None and short.spec.max_episode_steps == 6
+
+
+SAMPLING = ("temperature", "top_p", "max_tokens", "seed")
+
+
+def _sampling(role: RoleConfig) -> tuple[object, ...]:
+    return tuple(getattr(role, f) for f in SAMPLING)
+
+
+@pytest.mark.parametrize(("protocol", "profile"), [(None, "paper"), ("published", "paper"), ("grounded", "default")])
+def test_model_strings_are_sampled_as_ncpbench_run_samples_them_under_the_envs_protocol(
+        protocol: str | None, profile: str) -> None:
+    from ncpbench.models.config import resolve_run_config
+
+    extra = {"protocol": protocol} if protocol else {}
+    env = gym.make(IRON_MAN, auditor="mock/default", player={"model": "mock/default"}, **extra)
+    run = resolve_run_config({"auditor": {"model": "mock/default"}, "player": {"model": "mock/default"}},
+                             environ={}, extra=extra)
+    assert run.profile == profile, "the case is what `ncpbench run` does"
+    inner = env.unwrapped
+    assert _sampling(inner.auditor.role) == _sampling(run.auditor)  # type: ignore[attr-defined]
+    assert _sampling(inner.player.role) == _sampling(run.player)  # type: ignore[attr-defined]
+    recorded = env.metadata["ncpbench"]  # through the wrappers gym.make adds
+    assert (recorded["profile"], recorded["protocol"]) == (profile, inner.protocol.label)  # type: ignore[attr-defined]
+    assert {f: recorded["auditor"][f] for f in SAMPLING} == {f: getattr(run.auditor, f) for f in SAMPLING}
+    assert recorded["player"]["model"] == "mock/default" and recorded["player_mode"] == "adversarial"
+    assert "ncpbench" not in ncpbench.NarrativeEnv.metadata, "the class's metadata is shared: never written"
+
+
+def test_a_named_profile_wins_and_a_role_config_is_taken_as_it_is() -> None:
+    env = gym.make(IRON_MAN, auditor="mock/default", player=RoleConfig(model="mock/default", temperature=1.1),
+                   profile="default")
+    inner = env.unwrapped
+    assert _sampling(inner.auditor.role) == (0.0, None, 800, 0)  # type: ignore[attr-defined]
+    assert _sampling(inner.player.role) == (1.1, None, None, None)  # type: ignore[attr-defined]
+    assert env.metadata["ncpbench"]["profile"] == "default"
+    assert env.metadata["ncpbench"]["player"]["temperature"] == 1.1
+    with pytest.warns(StandInAuditorWarning):
+        stand_in = gym.make(IRON_MAN)
+    assert stand_in.metadata["ncpbench"]["auditor"] == {"object": "ReplayAuditor"}
+    with pytest.raises(ValueError, match="unknown profile 'papr' \\(did you mean paper\\?\\)"):
+        gym.make(IRON_MAN, auditor="mock/default", profile="papr")

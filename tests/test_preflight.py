@@ -20,7 +20,8 @@ from conftest import Answer, HostileServer, chat_answer, error_body
 from ncpbench.cli import main
 from ncpbench.models.config import RunConfig
 from ncpbench.models.mock_server import MockServer
-from ncpbench.preflight import EXIT_USAGE, PreflightError, preflight, probe_endpoints, redact_url
+from ncpbench.models.redaction import redact_url
+from ncpbench.preflight import EXIT_USAGE, PreflightError, preflight, probe_endpoints
 
 Start = Callable[[Callable[[str, str, dict[str, object]], Answer]], HostileServer]
 
@@ -141,7 +142,7 @@ def test_python_api_raises_preflight_error(hostile: Start) -> None:
 
 
 def test_urls_lose_their_credentials() -> None:
-    assert redact_url("http://u:p@host:1/v1?api_key=abc&x=1") == "http://***@host:1/v1?api_key=***&x=1"
+    assert redact_url("http://u:p@host:1/v1?api_key=abc&x=1") == "http://[redacted]@host:1/v1?api_key=[redacted]&x=1"
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from ncpbench.models.calllog import CallEntry
 from ncpbench.models.client import ModelCallError, ModelClient, redact
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.models.mock_server import MockConfig, MockServer
+from ncpbench.models.redaction import redact_url, remember_url_credentials
 from ncpbench.protocols import NarratorRequest
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
@@ -252,3 +253,87 @@ def test_canaries_in_the_key_the_url_and_a_reply_reach_no_file_of_the_run_cache_
     assert leaks(out, secrets_) == [] and leaks(tmp_path / "report", secrets_) == []
     assert leaks(tmp_path, secrets_) == [], "nothing under the test folder at all (cache included)"
     assert "model_call" in logs.getvalue() and not any(s in logs.getvalue() for s in secrets_)
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["direct", "sdk"])
+def test_a_secret_in_a_base_urls_query_reaches_no_file_of_a_cli_batch_its_checkpoints_report_or_logs(
+        tmp_path: Path, transport: str) -> None:
+    # Azure-style `?api-key=` and a signed-URL `Sig=`: values, not user:pass, so only the query masking
+    # and the remembered query secrets keep them out. Neither transport can use such a URL as an
+    # endpoint (direct drops the query, the SDK glues the path onto it and gets 404s), so the probe
+    # is skipped: direct plays a whole batch (budget stop with checkpoints, then resume), sdk leaves
+    # an ERROR record per episode; both write run.json and records that name the URL.
+    key, sig = canary("ncpbench-canary-query-"), canary("ncpbench-canary-sig-")
+    out, report_dir = tmp_path / "run", tmp_path / "report"
+    with MockServer() as server:
+        url = f"{server.base_url}?api-key={key}&Sig={sig}&api-version=2024-10-21"
+        env = {**os.environ, "OPENAI_LOG": "debug"}
+        args = ["--log-level", "DEBUG", "run", "--envs", "iron-man,alien", "--max-turns", "3", "--out", str(out),
+                "--no-progress", "--skip-preflight", "--circuit-breaker", "0"]
+        for role in ("narrator", "player", "auditor"):
+            args += [f"--{role}", "mock/default", f"--{role}-base-url", url, f"--{role}-transport", transport,
+                     f"--{role}-max-retries", "0"]
+        runs = [run_cli([*args, "--max-total-tokens", "1"], env)]  # stops between turns: checkpoints stay
+        checkpoints = list((out / "checkpoints").glob("*.json"))
+        early_leaks = leaks(out, [key, sig])
+        runs.append(run_cli(args, env))
+    runs.append(run_cli(["report", str(out), "--out", str(report_dir)], env))
+    codes = [r.returncode for r in runs]
+    assert codes == ([5, 0, 0] if transport == "direct" else [4, 4, 0]), "".join(r.stderr[-1500:] for r in runs)
+    assert not checkpoints if transport == "sdk" else checkpoints, "direct: the budget stop left checkpoints"
+    assert (out / "calls.jsonl").read_text().strip(), "the endpoint was called"
+    assert "model_call" in runs[0].stderr, "DEBUG logs were on"
+    assert (out / "episodes.jsonl").read_text().count("\n") == 2
+    run_json = (out / "run.json").read_text()
+    assert "api-key=[redacted]" in run_json and "api-version=2024-10-21" in run_json, "masked, the rest kept"
+    assert early_leaks == [] and leaks(out, [key, sig]) == [] and leaks(report_dir, [key, sig]) == []
+    streams = [text for r in runs for text in (r.stdout, r.stderr)]
+    assert not any(s in text for s in (key, sig) for text in streams), "a query secret reached stdout or stderr"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://x.openai.azure.com/openai/v1?api-key=S3CRET", "https://x.openai.azure.com/openai/v1?api-key=[redacted]"),
+    ("http://h/v1?API_KEY=a&model=m&Token=b", "http://h/v1?API_KEY=[redacted]&model=m&Token=[redacted]"),
+    ("http://h/v1?key=a;sig=b&apikey=c", "http://h/v1?key=[redacted];sig=[redacted]&apikey=[redacted]"),
+    ("http://h/v1?access_token=a#x", "http://h/v1?access_token=[redacted]#x"),
+    ("http://h/v1#access_token=a&state=s", "http://h/v1#access_token=[redacted]&state=s"),
+    ("http://u:p@h:1/v1?signature=a&api-version=2024-10-21",
+     "http://[redacted]@h:1/v1?signature=[redacted]&api-version=2024-10-21"),
+    ("http://h/v1?X-Amz-Signature=a&X-Amz-Credential=b&X-Amz-Date=20240101",
+     "http://h/v1?X-Amz-Signature=[redacted]&X-Amz-Credential=[redacted]&X-Amz-Date=20240101"),
+    ("http://h/v1?password=a&secret=b&client_secret=c&api%2Dkey=d&auth=e",
+     "http://h/v1?password=[redacted]&secret=[redacted]&client_secret=[redacted]&api%2Dkey=[redacted]&auth=[redacted]"),
+    ("http://token@h/v1", "http://[redacted]@h/v1"),
+    ("http://h/v1?api-key=", "http://h/v1?api-key="),  # nothing to hide
+    ("http://localhost:8000/v1", "http://localhost:8000/v1"),
+    ("http://h/v1?model=gpt&api-version=1", "http://h/v1?model=gpt&api-version=1"),
+])
+def test_redact_url_masks_credentials_and_secret_query_values_and_keeps_the_rest(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert RoleConfig(model="openai/m", base_url=url).public()["base_url"] == shown, "records use the same one"
+
+
+def test_redact_url_is_the_one_function_preflight_and_the_records_use() -> None:
+    import ncpbench.models.config as config
+    import ncpbench.preflight as preflight
+    from ncpbench.models import redaction
+
+    assert preflight.redact_url is redaction.redact_url and config.redact_url is redaction.redact_url
+    assert redact_url(None) is None
+
+
+def test_query_secrets_of_a_base_url_are_remembered_and_redacted_from_any_text() -> None:
+    key, sig = canary("ncpbench-canary-q-"), canary("ncpbench-canary-s-")
+    remember_url_credentials(f"https://h.example/v1?api-version=1&api-key={key}&sig={sig}%2B%3D")
+    # Wherever the value turns up on its own (an error text, an echoed header), as written or decoded.
+    text = redact(f"refused key {key}; signature {sig}%2B%3D, decoded {sig}+=")
+    assert key not in text and sig not in text, text
+
+
+def test_a_url_with_a_secret_query_inside_any_text_is_masked() -> None:
+    token = canary("ncpbench-canary-t-")  # never remembered: only the pattern can catch it
+    text = redact(f'POST "https://files.example/up?X-Amz-Signature={token}&part=2" failed')
+    assert token not in text and "X-Amz-Signature=[redacted]&part=2" in text, text
+    assert redact("a=b and ?key=value in prose") == "a=b and ?key=value in prose", "only inside a URL"

@@ -12,9 +12,8 @@ from ncpbench.auditeval import DEFAULT_CASES, generate_suite, rescore, run_audit
 from ncpbench.auditeval.cases import LONG_RANGE_CATEGORIES, AuditCase, dump_cases
 from ncpbench.auditeval.evaluate import CaseResult
 from ncpbench.auditeval.scoring import Scores
-from ncpbench.dataset import load
+from ncpbench.dataset import Dataset, load
 from ncpbench.models.config import PROFILES, RoleConfig, RunConfig, resolve_run_config, role_options
-from ncpbench.models.redaction import redact_url
 from ncpbench.preflight import (
     EXIT_USAGE,
     PreflightError,
@@ -23,8 +22,7 @@ from ncpbench.preflight import (
     check_roles,
     probe_endpoints,
 )
-from ncpbench.protocol import PUBLISHED
-from ncpbench.spec import Spec
+from ncpbench.protocol import PUBLISHED, AuditProtocol
 
 AUDITOR_FLAGS: dict[str, Any] = {flag: kind for flag, (_, kind) in role_options().items()}
 """`--auditor-FLAG` for every RoleConfig field (generated, like `ncpbench run`'s)."""
@@ -44,7 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument(f"--auditor-{flag}", type=typ,
                        help="auditor endpoint, e.g. http://localhost:8000/v1 (vLLM)" if flag == "base-url" else
                        argparse.SUPPRESS)
-    p.add_argument("--profile", default="default", choices=sorted(PROFILES), help="sampling defaults")
+    p.add_argument("--profile", choices=sorted(PROFILES),
+                   help="sampling defaults (default: the one `ncpbench run` uses under the published protocol, "
+                        "paper; run.json and the report record it)")
     p.add_argument("--config", help="run config file (YAML or JSON); only its auditor section is used")
     p.add_argument("--cache", help="SQLite response cache path (opt-in; replays a run exactly)")
     p.add_argument("--mock", action="store_true", help="a dry run: without --auditor, use mock/default")
@@ -72,27 +72,72 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_audit_eval)
 
 
-def select_specs(envs: str, dataset: str | None) -> list[Spec]:
+def select_dataset(envs: str, dataset: str | None) -> Dataset:
+    """The chosen specs as a Dataset, keyed and ordered as `ncpbench run --envs` keys them, so the
+    digest matches a run's `dataset_hash` over the same environments."""
     from ncpbench.runner import select_envs
 
     ds = load(dataset)
-    if envs.strip().lower() in ("", "all"):
-        return list(ds)
-    return [ds[k] for k in select_envs(ds, envs)]
+    keys = list(ds.specs) if envs.strip().lower() in ("", "all") else select_envs(ds, envs)
+    return Dataset(root=ds.root, specs={k: ds[k] for k in keys})
 
 
-def auditor_role(args: argparse.Namespace) -> RoleConfig:
+def resolve_auditor(args: argparse.Namespace) -> tuple[RoleConfig, str]:
+    """The auditor under test and the sampling profile it was given. Without --profile the profile is
+    resolved exactly as `ncpbench run` resolves it for the protocol audit-eval plays (published ->
+    paper), so the suite measures the auditor as the runs it validates sample it."""
     values: dict[str, Any] = {"model": args.auditor}
     for flag in AUDITOR_FLAGS:
         values[_FIELD.get(flag, flag)] = getattr(args, f"auditor_{flag.replace('-', '_')}")
     config = resolve_run_config({"auditor": values}, config_file=args.config, profile=args.profile,
-                                require=("auditor",), mock_default=bool(getattr(args, "mock", False)))
+                                extra={"protocol": PUBLISHED.name}, require=("auditor",),
+                                mock_default=bool(getattr(args, "mock", False)))
     role = config.auditor
     if role.provider == "local" and args.auditor_timeout is None:
         # One CPU-bound llama.cpp slot: stage calls queue behind each other, and a retried timeout only
         # queues more work behind the abandoned one, so wait long instead of retrying.
         role = role.model_copy(update={"timeout_s": LOCAL_TIMEOUT_S, "max_retries": 1})
-    return role
+    return role, config.profile
+
+
+def auditor_role(args: argparse.Namespace) -> RoleConfig:
+    return resolve_auditor(args)[0]
+
+
+RECORDED_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "timeout_s", "max_retries")
+"""Auditor settings that can change a score (sampling, and how many audits fail), recorded and shown.
+The model, endpoint and structured mode have rows of their own; the key's variable, concurrency and
+transport never change an answer."""
+
+
+def _setting(value: object) -> str:
+    return "not set (the endpoint's default)" if value is None else str(value)
+
+
+def run_meta(role: RoleConfig, profile: str, data: Dataset, protocol: AuditProtocol, envs: str) -> dict[str, str]:
+    """What run.json and the reports say about the auditor and the suite: everything that can change a
+    score, with the sampling profile compared against the one `ncpbench run` would use."""
+    from ncpbench.runner import prompt_hashes
+
+    public = role.public()  # the base URL without its credentials or secret query values
+    run_profile = resolve_run_config(environ={}, extra={"protocol": protocol.name}).profile
+    same = (f"as `ncpbench run` under {protocol.name}" if profile == run_profile else
+            f"differs from `ncpbench run`, which samples the auditor with {run_profile} under {protocol.name}")
+    meta = {"auditor": role.model, "endpoint": public["base_url"] or role.provider,
+            "sampling profile": f"{profile} ({same})",
+            **{f"auditor {name}": _setting(public[name]) for name in RECORDED_FIELDS},
+            "structured output": role.structured_mode(), "envs": envs, "dataset": data.digest(),
+            "ncpbench": __version__}
+    if role.provider == "python":  # your own auditor: its prompts are its own, its source is pinned
+        from ncpbench.roles import plugin_refs
+
+        ref = plugin_refs(RunConfig(auditor=role, player_mode="scripted"))["auditor"]
+        meta["auditor source sha256"] = str(ref.get("source_sha256"))
+        return meta
+    hashes = prompt_hashes(RunConfig(auditor=role, player_mode="scripted", protocol=protocol.name,
+                                     audit_context=protocol.audit_context, recent_turns=protocol.recent_turns))
+    meta.update({f"prompt hash {kind}": h for kind, h in hashes.items() if kind.startswith("auditor")})
+    return meta
 
 
 def long_range_lines(scores: Scores) -> list[str]:
@@ -138,7 +183,8 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
         print("\n".join(headline(scores)))
         print(f"reports rewritten in {out}")
         return 0
-    specs = select_specs(args.envs, args.dataset)
+    data = select_dataset(args.envs, args.dataset)
+    specs = list(data)
     if args.generate_only:
         out.mkdir(parents=True, exist_ok=True)
         cases = generate_suite(specs, args.cases, args.seed, long_range=args.long_range)
@@ -149,7 +195,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
     if not args.auditor and not args.config and not args.mock:
         raise PreflightError("no auditor given", "name the auditor under test with --auditor provider/model "
                              "(or --config, or --mock for a dry run)", EXIT_USAGE)
-    role = auditor_role(args)
+    role, profile = resolve_auditor(args)
     only_auditor = RunConfig(auditor=role, player_mode="scripted", narrator=role)
     check_roles(only_auditor)
     if not args.skip_preflight:
@@ -162,8 +208,7 @@ def cmd_audit_eval(args: argparse.Namespace) -> int:
 
     if role.provider == "local":
         print(LOCAL_NOTE.format(model=role.model), file=sys.stderr)
-    meta = {"auditor": role.model, "endpoint": redact_url(role.base_url) or role.provider, "envs": args.envs,
-            "ncpbench": __version__, "structured output": role.structured_mode()}
+    meta = run_meta(role, profile, data, protocol, args.envs)
     total = args.cases + args.long_range
     done = [0]
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ncpbench.models.redaction import redact_url
+from ncpbench.models.redaction import redact_url, remember_url_credentials
 from ncpbench.models.transport import TransportName
 from ncpbench.plugins import is_plugin_ref
 from ncpbench.protocol import PROTOCOLS as PROTOCOL_PRESETS
@@ -112,7 +112,8 @@ class RoleConfig(BaseModel):
     def public(self) -> dict[str, Any]:
         """For records: everything but secrets (the key's variable name is fine, its value never)."""
         data = self.model_dump(mode="json")
-        data["base_url"] = redact_url(self.base_url)  # http://user:PASS@host -> http://[redacted]@host
+        data["base_url"] = redact_url(self.base_url)  # user:PASS@ and ?api-key=K -> [redacted]
+        remember_url_credentials(self.base_url)  # and redact() strips them from any other text too
         return data
 
 

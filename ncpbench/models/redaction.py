@@ -1,4 +1,4 @@
-"""Secrets out of every stored text: API keys, bearer tokens and credentials inside URLs.
+"""Secrets out of every stored text: API keys, bearer tokens, credentials and secret query values in URLs.
 
 Pure (standard library only), so the config (run.json, records) and the client share it.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import urlsplit
+from typing import overload
+from urllib.parse import unquote_plus, urlsplit
 
 _KNOWN_KEYS: set[str] = set()
 """Every API key a client has read: redacted wherever it turns up, whatever its variable is named."""
@@ -19,17 +20,45 @@ def remember_key(value: str) -> None:
 
 
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@:]*(?::[^/\s@]*)?@")
+_SECRET_PARAM = re.compile(r"(?i)key|token|secret|passw|pwd|auth|sig|credential|session")
+"""A query parameter whose name says it carries a secret: `api-key`, `access_token`, `sig`, `X-Amz-Signature`, ..."""
+_QUERY_PAIR = re.compile(r"([?&;#])([^=&;#?\s\"'<>]+)=([^&;#\s\"'<>]*)")
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>]+")
 
 
+def _secret_param(name: str) -> bool:
+    return bool(_SECRET_PARAM.search(unquote_plus(name)))
+
+
+def _mask_pair(m: re.Match[str]) -> str:
+    sep, name, value = m.groups()
+    return f"{sep}{name}=[redacted]" if value and _secret_param(name) else m.group(0)
+
+
+def _mask_query(url: str) -> str:
+    """The values of secret-looking parameters of the query (and a query-shaped fragment) masked."""
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if cut < 0:
+        return url
+    return url[:cut] + _QUERY_PAIR.sub(_mask_pair, url[cut:])
+
+
+@overload
+def redact_url(url: str) -> str: ...
+@overload
+def redact_url(url: None) -> None: ...
 def redact_url(url: str | None) -> str | None:
-    """The URL without its credentials (`http://user:PASS@host/v1` -> `http://[redacted]@host/v1`)."""
+    """The URL without its secrets: credentials (`http://user:PASS@host/v1` -> `http://[redacted]@host/v1`)
+    and the values of secret-looking query parameters (`?api-key=K&api-version=1` ->
+    `?api-key=[redacted]&api-version=1`). Anything else is kept as written, so the URL stays readable."""
     if url is None:
         return None
-    return _URL_CREDENTIALS.sub(r"\1[redacted]@", url)
+    return _mask_query(_URL_CREDENTIALS.sub(r"\1[redacted]@", url))
 
 
 def remember_url_credentials(url: str | None) -> None:
-    """A password (or token-as-user) inside a base URL is a secret like a key: redact it everywhere."""
+    """A password (or token-as-user) inside a base URL, and the value of every secret-looking query
+    parameter, are secrets like a key: remembered, so `redact` strips them from any text."""
     if not url:
         return
     try:
@@ -40,6 +69,11 @@ def remember_url_credentials(url: str | None) -> None:
     secret = parts.password if parts.password else parts.username
     if secret:
         remember_key(secret)
+    for pair in re.split(r"[&;]", f"{parts.query}&{parts.fragment}"):
+        name, _, value = pair.partition("=")
+        if value and _secret_param(name):
+            remember_key(value)  # as written, and decoded (an SDK or a server may quote it either way)
+            remember_key(unquote_plus(value))
 
 
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]+")
@@ -62,13 +96,15 @@ def _environment_secrets() -> tuple[str, ...]:
 
 
 def redact(text: str) -> str:
-    """Strip anything that looks like a bearer token, an API key or URL credentials from a text."""
+    """Strip anything that looks like a bearer token, an API key, URL credentials or a secret query value."""
     for value in _KNOWN_KEYS:
         if value in text:
             text = text.replace(value, "[redacted]")
     # Substring checks first: the regexes are case-insensitive scans, and most texts hold none of it.
     if "@" in text:
         text = _URL_CREDENTIALS.sub(r"\1[redacted]@", text)
+    if "://" in text and "=" in text:  # a URL someone else built (an echoed request, a signed link)
+        text = _URL_IN_TEXT.sub(lambda m: _mask_query(m.group(0)), text)
     if "bearer" in text.lower():
         text = _BEARER.sub(r"\1[redacted]", text)
     if "sk-" in text:
