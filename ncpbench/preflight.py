@@ -28,6 +28,7 @@ from typing import Literal
 
 from ncpbench.models.config import ConfigError, RoleConfig, RunConfig, check_model_string
 from ncpbench.models.redaction import redact_url, remember_url_credentials
+from ncpbench.models.transport import sdk_client
 
 # -- exit codes (README "Exit codes", docs/RUN_FORMAT.md) --------------------------------------------
 
@@ -208,7 +209,7 @@ def probe_endpoints(config: RunConfig, *, timeout_s: float = 10.0, warn: Warn = 
         key = os.environ.get(ep.key_var or "", "") or "not-needed"
         first_role = ep.roles[0][0]
         shown = redact_url(ep.url)
-        client = openai.OpenAI(base_url=ep.url, api_key=key, max_retries=0, timeout=timeout_s)
+        client = sdk_client(ep.url, sync=True, api_key=key, max_retries=0, timeout=timeout_s)
         try:
             listed = _list_models(client, ep, shown, first_role, flags, warn)
             checked: set[str] = set()

@@ -261,17 +261,16 @@ def test_canaries_in_the_key_the_url_and_a_reply_reach_no_file_of_the_run_cache_
 def test_a_secret_in_a_base_urls_query_reaches_no_file_of_a_cli_batch_its_checkpoints_report_or_logs(
         tmp_path: Path, transport: str) -> None:
     # Azure-style `?api-key=` and a signed-URL `Sig=`: values, not user:pass, so only the query masking
-    # and the remembered query secrets keep them out. Neither transport can use such a URL as an
-    # endpoint (direct drops the query, the SDK glues the path onto it and gets 404s), so the probe
-    # is skipped: direct plays a whole batch (budget stop with checkpoints, then resume), sdk leaves
-    # an ERROR record per episode; both write run.json and records that name the URL.
+    # and the remembered query secrets keep them out. Both transports send the query on every request
+    # (the preflight probe too), so each plays a whole batch: a budget stop with checkpoints, then a
+    # resume; run.json and the records name the URL.
     key, sig = canary("ncpbench-canary-query-"), canary("ncpbench-canary-sig-")
     out, report_dir = tmp_path / "run", tmp_path / "report"
     with MockServer() as server:
         url = f"{server.base_url}?api-key={key}&Sig={sig}&api-version=2024-10-21"
         env = {**os.environ, "OPENAI_LOG": "debug"}
         args = ["--log-level", "DEBUG", "run", "--envs", "iron-man,alien", "--max-turns", "3", "--out", str(out),
-                "--no-progress", "--skip-preflight", "--circuit-breaker", "0"]
+                "--no-progress", "--circuit-breaker", "0"]
         for role in ("narrator", "player", "auditor"):
             args += [f"--{role}", "mock/default", f"--{role}-base-url", url, f"--{role}-transport", transport,
                      f"--{role}-max-retries", "0"]
@@ -281,8 +280,8 @@ def test_a_secret_in_a_base_urls_query_reaches_no_file_of_a_cli_batch_its_checkp
         runs.append(run_cli(args, env))
     runs.append(run_cli(["report", str(out), "--out", str(report_dir)], env))
     codes = [r.returncode for r in runs]
-    assert codes == ([5, 0, 0] if transport == "direct" else [4, 4, 0]), "".join(r.stderr[-1500:] for r in runs)
-    assert not checkpoints if transport == "sdk" else checkpoints, "direct: the budget stop left checkpoints"
+    assert codes == [5, 0, 0], "".join(r.stderr[-1500:] for r in runs)
+    assert checkpoints, "the budget stop left checkpoints"
     assert (out / "calls.jsonl").read_text().strip(), "the endpoint was called"
     assert "model_call" in runs[0].stderr, "DEBUG logs were on"
     assert (out / "episodes.jsonl").read_text().count("\n") == 2

@@ -293,3 +293,11 @@ def test_a_body_past_the_bound_is_a_transport_fault_the_client_retries() -> None
         role = RoleConfig(model="openai/x", base_url=server.url, max_retries=1, transport="direct")
         assert ask(role, entries) == "after the retry"
     assert [(e.attempt, e.outcome) for e in entries] == [(1, "connection failed"), (2, "ok")]
+
+
+@pytest.mark.parametrize("transport", ["sdk", "direct"])
+def test_a_base_url_query_goes_on_every_request_after_the_path(transport: str) -> None:
+    with raw_server(lambda n: (reply(completion(f"answer {n}")), False)) as server:
+        role = RoleConfig(model="openai/x", base_url=server.url + "?api-version=2024-10-21", transport=transport)
+        assert ask(role) == "answer 0"
+    assert server.bodies[0].startswith(b"POST /v1/chat/completions?api-version=2024-10-21 HTTP/1.1\r\n")

@@ -60,6 +60,7 @@ from ncpbench.models.transport import (
     TransportError,
     TransportTimeout,
     choose,
+    sdk_client,
 )
 from ncpbench.verdict import Usage
 
@@ -295,13 +296,12 @@ class ModelClient:
                 made: Transport = DirectTransport(url, api_key=key)
             else:
                 import httpx2
-                import openai
 
                 # max_retries=0: the retry loop is ours (_attempts), so body faults are retried
                 # alike and no attempt can outlive the call's deadline.
                 http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=role.concurrency + 8))
-                made = SDKTransport(openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0,
-                                                       timeout=role.timeout_s, http_client=http))
+                made = SDKTransport(sdk_client(url, api_key=key, max_retries=0, timeout=role.timeout_s,
+                                               http_client=http))
             self._transports[ident] = (kind, made)
             self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
         return self._transports[ident]

@@ -241,19 +241,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/").endswith("/models"):
+        if self._route().endswith("/models"):
             self._send(200, json.dumps({"object": "list", "data": [
                 {"id": "default", "object": "model", "owned_by": "ncpbench-mock"}]}).encode())
-        elif self.path.rstrip("/").endswith("/stats"):
+        elif self._route().endswith("/stats"):
             s = self.server.stats
             self._send(200, json.dumps({"requests": s.requests, "faults": s.faults, "roles": s.roles}).encode())
         else:
             self._send(404, b'{"error": {"message": "not found"}}')
 
+    def _route(self) -> str:
+        return self.path.partition("?")[0].rstrip("/")  # a base URL's query (api-version=...) is not the route
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        if not self._route().endswith("/chat/completions"):
             self._send(404, b'{"error": {"message": "not found"}}')
             return
         try:

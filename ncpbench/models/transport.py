@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
 TransportName = Literal["auto", "sdk", "direct"]
@@ -102,6 +102,17 @@ class SDKTransport:
         await self.client.close()
 
 
+def sdk_client(base_url: str, *, sync: bool = False, **kwargs: Any) -> Any:
+    """An openai.AsyncOpenAI (or OpenAI) for `base_url`; its query becomes the SDK's default query
+    (appended to a base URL as is, the request path would land after it)."""
+    import openai
+
+    parts = urlsplit(base_url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    make = openai.OpenAI if sync else openai.AsyncOpenAI
+    return make(base_url=urlunsplit(parts._replace(query="", fragment="")), default_query=query or None, **kwargs)
+
+
 def _reply_of(response: Any) -> HTTPReply:
     try:
         body = bytes(response.content)
@@ -131,6 +142,8 @@ class DirectTransport:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
+        # A base URL's query (Azure's api-version, a gateway's key) goes on every request.
+        self.query = f"?{parts.query}" if parts.query else ""
         self.tls = parts.scheme == "https"
         self.authority = parts.netloc.rpartition("@")[2]  # credentials never go in the Host header
         self.max_idle = max_idle
@@ -166,7 +179,7 @@ class DirectTransport:
         reader, writer = conn
         keep = False
         try:
-            head = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.authority}",
+            head = [f"POST {self.prefix}{path}{self.query} HTTP/1.1", f"Host: {self.authority}",
                     f"Content-Length: {len(body)}", "Accept-Encoding: gzip, deflate"]
             head += [f"{name}: {value}" for name, value in headers.items()]
             if self._auth:
