@@ -203,7 +203,6 @@ def _stderr(message: str) -> None:
 def probe_endpoints(config: RunConfig, *, timeout_s: float = 10.0, warn: Warn = _stderr,
                     flags: FlagName = role_flag) -> None:
     """One cheap request per endpoint (and per model it must serve); PreflightError on a sure misconfiguration."""
-    import openai
 
     for ep in endpoints(config):
         key = os.environ.get(ep.key_var or "", "") or "not-needed"
