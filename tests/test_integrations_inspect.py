@@ -137,3 +137,16 @@ def test_the_inspect_eval_command_runs_the_task_file_from_a_checkout(tmp_path: P
     log = read_eval_log(str(next(tmp_path.glob("*.eval"))))
     assert log.status == "success" and log.samples is not None and len(log.samples) == 2
     assert log.results is not None and log.results.scores[0].metrics["avg_turns"].value == 3
+
+
+@pytest.mark.parametrize("protocol, profile", [(None, "paper"), ("published", "paper"), ("grounded", "default")])
+def test_the_auditor_and_player_sample_as_ncpbench_run_does_for_the_protocol(protocol: str | None,
+                                                                           profile: str) -> None:
+    from ncpbench.integrations.inspect_eval import profile_role
+    from ncpbench.models.config import PROFILES
+
+    model = get_model("mockllm/model")
+    for role in ("auditor", "player"):
+        got = profile_role(role, model, protocol=protocol)
+        assert {k: getattr(got, k) for k in PROFILES[profile][role]} == PROFILES[profile][role]
+    assert profile_role("narrator", model, protocol=protocol).temperature is None, "the eval's own settings"

@@ -53,6 +53,7 @@ from ncpbench.auditors.pipeline import LLMAuditor
 from ncpbench.env import NarrativeEnv
 from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, play_episode
 from ncpbench.errors import ModelCallError
+from ncpbench.integrations.gym_plugin import sampling_profile
 from ncpbench.metrics import CONFLICT_KINDS
 from ncpbench.models.client import Completion, Message, ModelClient
 from ncpbench.models.config import PROFILES, RoleConfig, StructuredMode
@@ -103,9 +104,10 @@ class InspectModelClient(ModelClient):
         return Completion(out.completion or "", usage)
 
 
-def profile_role(role: str, model: Model, structured: StructuredMode = "auto") -> RoleConfig:
-    """The role's `default`-profile sampling settings; the narrator keeps the eval's own settings."""
-    fields: dict[str, Any] = {} if role == "narrator" else dict(PROFILES["default"][role])
+def profile_role(role: str, model: Model, structured: StructuredMode = "auto", protocol: str | None = None) -> RoleConfig:
+    """The role's sampling under the profile `ncpbench run` resolves for `protocol` (paper under the
+    default published protocol); the narrator keeps the eval's own settings."""
+    fields: dict[str, Any] = {} if role == "narrator" else dict(PROFILES[sampling_profile(protocol)][role])
     return RoleConfig(model=f"inspect/{model}", structured=structured, **fields)
 
 
@@ -143,11 +145,11 @@ def play_ncpbench_episode(max_turns: int = 20, reward: str = "progress", protoco
         auditor_model = get_model(role="auditor", required=True)
         narrator = LLMNarrator(InspectModelClient(narrator_model), profile_role("narrator", narrator_model))
         auditor = LLMAuditor(InspectModelClient(auditor_model), profile_role("auditor", auditor_model,
-                                                                             auditor_structured))
+                                                                             auditor_structured, protocol))
         the_player: Player
         if "player" in model_roles():
             player_model = get_model(role="player")
-            the_player = LLMPlayer(InspectModelClient(player_model), profile_role("player", player_model))
+            the_player = LLMPlayer(InspectModelClient(player_model), profile_role("player", player_model, protocol=protocol))
         else:
             the_player = ScriptedPlayer()
         meta = state.metadata

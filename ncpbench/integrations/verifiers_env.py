@@ -81,8 +81,9 @@ class NCPBenchEnv(vf.MultiTurnEnv):  # type: ignore[misc]
 
     async def setup_state(self, state: Any) -> Any:
         info = state["info"]
-        player, client = build_player(self.player_arg)
-        auditor, _ = build_auditor(self.auditor_arg, client)
+        # Sampling as `ncpbench run` resolves it for this env's protocol (paper under published).
+        player, client = build_player(self.player_arg, protocol=self.protocol)
+        auditor, _ = build_auditor(self.auditor_arg, client, protocol=self.protocol)
         env = NarrativeEnv(info["env"], player=player, auditor=auditor, max_turns=self.ncp_max_turns,
                            reward=self.reward, protocol=self.protocol)
         env.reset(seed=int(info["seed"]))
