@@ -456,6 +456,37 @@ def run_identity(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def record_identity(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The run identity a record (or checkpoint data) was written under, or None (a play record, an old record)."""
+    config = data.get("config")
+    ident = config.get("run_identity") if isinstance(config, dict) else data.get("run_identity")
+    return ident if isinstance(ident, dict) else None
+
+
+def folder_identity(folder: Path, meta: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The identity a run folder was started with and where it was found: run.json's (`meta`, its
+    parsed content), else a record's, else a checkpoint's; (None, "") when nothing pins one."""
+    if meta is not None and isinstance(meta.get("identity"), dict):
+        return meta["identity"], "run.json"
+    for data in iter_jsonl(folder / "episodes.jsonl", accept=episode_line):
+        ident = record_identity(data)
+        if ident is not None:
+            return ident, "episodes.jsonl"
+    checkpoints = folder / "checkpoints"
+    if checkpoints.is_dir():
+        for path in sorted(checkpoints.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                ident = json.loads(path.read_text(encoding="utf-8")).get("run_identity")
+                if isinstance(ident, dict):
+                    return ident, f"checkpoints/{path.name}"
+    return None, ""
+
+
+def canonical(data: Any) -> Any:
+    """`data` as it reads back from JSON (tuples become lists), so a live identity equals a recorded one."""
+    return json.loads(json.dumps(data))
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -532,33 +563,19 @@ class BatchRunner:
             raise RunError(f"{self.out}/run.json is not JSON; move it away and rerun (the records pin the run too)") from None
         return data if isinstance(data, dict) else {}
 
-    def _existing_identity(self, meta: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-        """The identity this folder was started with: run.json's, else a record's, else a checkpoint's."""
-        if isinstance(meta.get("identity"), dict):
-            return meta["identity"], "run.json"
-        for data in iter_jsonl(self.episodes_path, accept=episode_line):
-            ident = (data.get("config") or {}).get("run_identity")
-            if isinstance(ident, dict):
-                return ident, "episodes.jsonl"
-        if self.checkpoints.is_dir():
-            for path in sorted(self.checkpoints.glob("*.json")):
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    ident = json.loads(path.read_text(encoding="utf-8")).get("run_identity")
-                    if isinstance(ident, dict):
-                        return ident, f"checkpoints/{path.name}"
-        return None, ""
-
-    def _check_same_run(self, existing: dict[str, Any]) -> None:
-        theirs, source = self._existing_identity(existing)
+    def _check_same_run(self, existing: dict[str, Any]) -> bool:
+        """Refuse a folder holding another run; True when the folder pins an identity (then only
+        records carrying this run's identity count as done)."""
+        theirs, source = folder_identity(self.out, existing)
         if theirs is not None:
             diffs = identity_differences(theirs, self.identity)
             if diffs:
                 raise RunError(f"{self.out} holds a different run ({source}): " + "; ".join(diffs[:6])
                                + ("; ..." if len(diffs) > 6 else "")
                                + ". Rerun with the same setup to resume, or choose another --out")
-            return
+            return True
         if not existing:
-            return
+            return False
         # A folder written before identities were pinned: compare what it recorded.
         new_config = run_identity(self.config.public())
         old_config = run_identity(existing.get("config") or {})
@@ -571,6 +588,7 @@ class BatchRunner:
         if diffs:
             raise RunError(f"{self.out} holds a different run (run.json): " + "; ".join(diffs[:6])
                            + ". Rerun with the same setup to resume, or choose another --out")
+        return False
 
     def _write_run_json(self, status: str, started: str, stats: dict[str, Any] | None = None) -> None:
         existing = self._run_json()
@@ -644,7 +662,7 @@ class BatchRunner:
         except OSError as e:
             raise io_failure(self.out, e) if e.errno in IO_ERRNOS else e from None
         with run_lock(self.out):
-            self._check_same_run(self._run_json())
+            pinned = self._check_same_run(self._run_json())
             try:
                 self.checkpoints.mkdir(exist_ok=True)
                 remove_stale_temp_files(self.out)
@@ -655,8 +673,18 @@ class BatchRunner:
                 raise
             done: dict[str, str] = {}
             positions = {env: k for k, env in enumerate(self.settings.envs)}
+            mine = canonical(self.identity)
+            foreign = 0
             for d in iter_jsonl(self.episodes_path, accept=episode_line):
+                # Only this run's own records are done: a line another setup wrote (a person's
+                # `ncpbench play` episode, an older tool) must not stand in for this run's episode.
+                if pinned and record_identity(d) != mine:
+                    foreign += 1
+                    continue
                 done[d["episode_id"]] = d["outcome"]
+            if foreign:
+                log.warning("foreign_records_not_counted", records=foreign, file=str(self.episodes_path),
+                            why="their run identity is not this run's; those episodes run again")
             if self.retry_errors and any(o == Outcome.ERROR.value for o in done.values()):
                 kept = "".join(jsonl_line(d) for d in iter_jsonl(self.episodes_path, accept=episode_line)
                                if done.get(d["episode_id"]) != Outcome.ERROR.value)
