@@ -936,35 +936,93 @@ async def run_batch(
     return result
 
 
+def _without_shard(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity with `batch.shard` set to None: the shard decides which episodes a runner takes, not
+    how one is played, so the shards of one run share everything else."""
+    batch = dict(identity.get("batch") or {})
+    batch["shard"] = None
+    out: dict[str, Any] = canonical({**identity, "batch": batch})
+    return out
+
+
 def merge_runs(shards: list[Path], out: Path) -> dict[str, Any]:
-    """Join shard folders of one run into `out`: same config and batch, episodes deduplicated."""
+    """Join shard folders of one run into `out`: the same run identity but for the shard, episodes
+    deduplicated. The merged run.json and records carry that identity with `batch.shard` None, so the
+    merged folder resumes like an unsharded run. RunError names every field that differs."""
     metas = []
     for s in shards:
         path = s / "run.json"
         if not path.exists():
             raise RunError(f"{s} has no run.json: not a run folder")
-        metas.append(json.loads(path.read_text()))
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise RunError(f"{s}/run.json is not JSON: not a run folder") from None
+        if not isinstance(meta, dict):
+            raise RunError(f"{s}/run.json is not a run.json (not an object)")
+        metas.append(meta)
     base = metas[0]
+    pinned = [isinstance(m.get("identity"), dict) for m in metas]
+    identity: dict[str, Any] | None = None
+    if all(pinned):
+        identity = _without_shard(base["identity"])
+        for s, m in zip(shards[1:], metas[1:], strict=True):
+            diffs = identity_differences(identity, _without_shard(m["identity"]))
+            if diffs:
+                raise RunError(f"{s} is not a shard of the same run as {shards[0]}: " + "; ".join(diffs[:6])
+                               + ("; ..." if len(diffs) > 6 else ""))
+    elif any(pinned):
+        raise RunError(f"{shards[pinned.index(False)]} has no run identity and {shards[pinned.index(True)]} has "
+                       "one: not shards of the same run (written by different ncpbench versions)")
+    else:  # folders written before identities were pinned: compare what they recorded
 
-    def key(m: dict[str, Any]) -> str:
-        batch = dict(m.get("batch") or {})
-        batch.pop("shard", None)
-        return json.dumps({"batch": batch, "config": run_identity(m.get("config") or {})}, sort_keys=True)
+        def key(m: dict[str, Any]) -> str:
+            batch = dict(m.get("batch") or {})
+            batch.pop("shard", None)
+            return json.dumps({"batch": batch, "config": run_identity(m.get("config") or {})}, sort_keys=True)
 
-    for s, m in zip(shards[1:], metas[1:], strict=True):
-        if key(m) != key(base):
-            raise RunError(f"{s} is not a shard of the same run as {shards[0]} (different config or batch)")
+        for s, m in zip(shards[1:], metas[1:], strict=True):
+            if key(m) != key(base):
+                raise RunError(f"{s} is not a shard of the same run as {shards[0]} (different config or batch)")
     records: dict[str, dict[str, Any]] = {}
+    skipped = 0
     for s in shards:
-        records.update(read_records(s / "episodes.jsonl"))
+        for episode_id, data in read_records(s / "episodes.jsonl").items():
+            if identity is not None:
+                own = record_identity(data)
+                if own is None or _without_shard(own) != identity:
+                    skipped += 1  # not this run's record (e.g. a person's play session): not merged
+                    continue
+                data = {**data, "config": {**data["config"], "run_identity": identity}}
+            records[episode_id] = data
+    if skipped:
+        log.warning("merge_skipped_foreign_records", records=skipped, why="their run identity is not the shards' run")
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
+        if identity is not None:  # merging again into the same folder is fine; over another run is not
+            theirs, source = folder_identity(out, _read_meta(out))
+            diffs = identity_differences(theirs, identity) if theirs is not None else []
+            if diffs:
+                raise RunError(f"{out} holds a different run ({source}): " + "; ".join(diffs[:6])
+                               + "; choose another --out")
         batch = dict(base["batch"])
         batch["shard"] = None
         planned = planned_count(BatchSettings(**batch))
         merged = {**base, "batch": batch, "name": out.name, "merged_from": [str(s) for s in shards],
                   "status": "complete" if len(records) == planned else "partial", "episodes_planned": planned,
                   "sessions": [sess for m in metas for sess in m.get("sessions", [])]}
+        if identity is not None:
+            merged["identity"] = identity
+            merged["identity_hash"] = identity_hash(identity)
         atomic_write(out / "episodes.jsonl", "".join(jsonl_line(r) for r in records.values()))
         atomic_write(out / "run.json", json.dumps(merged, indent=2))
     return merged
+
+
+def _read_meta(folder: Path) -> dict[str, Any]:
+    """run.json of a folder, or {} when it is missing or unreadable (the records still pin the run)."""
+    try:
+        data = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
