@@ -48,7 +48,8 @@ from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.calllog import CallLog, call_context
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
+from ncpbench.models.config import ConfigError, RoleConfig, RunConfig, did_you_mean
+from ncpbench.preflight import check_roles, probe_endpoints
 from ncpbench.pricing import Price, as_price, cached_share, total_cost
 from ncpbench.protocol import get_protocol
 from ncpbench.protocols import Narrator, Player
@@ -518,7 +519,7 @@ class BatchRunner:
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
                  turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
                  player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
-                 ray_workers: int | None = None) -> None:
+                 ray_workers: int | None = None, probe: bool = True) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         if executor not in EXECUTORS:
@@ -539,6 +540,7 @@ class BatchRunner:
         self.executor = executor
         self.ray_address = ray_address
         self.ray_workers = ray_workers
+        self.probe = probe
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
@@ -656,7 +658,26 @@ class BatchRunner:
 
     # main loop
 
+    def preflight_config(self) -> RunConfig:
+        """The config of the roles this batch calls through it: a narrator or player given as a factory
+        (a rescore's replayed replies) never reaches its configured endpoint, so it is not checked."""
+        update: dict[str, Any] = {}
+        if self.narrator_factory is not None:
+            update["narrator"] = RoleConfig()  # the in-process mock: no key, no endpoint to probe
+        if self.player_factory is not None:
+            update["player_mode"] = "scripted"  # out of the active roles
+        return self.config.model_copy(update=update)
+
+    async def preflight(self) -> None:
+        """Roles and keys, then one probe per endpoint (unless `probe=False`): PreflightError before
+        the folder or any record exists."""
+        config = self.preflight_config()
+        check_roles(config)
+        if self.probe:
+            await asyncio.to_thread(probe_endpoints, config)  # blocking HTTP, off the event loop
+
     async def run(self) -> BatchResult:
+        await self.preflight()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -910,12 +931,18 @@ async def run_batch(
     executor: str = "local",
     ray_address: str | None = None,
     ray_workers: int | None = None,
+    probe: bool = True,
 ) -> BatchResult:
     """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped.
 
     `executor="ray"` plays the episodes in Ray worker actors (the `ncpbench[ray]` extra; a local Ray
     instance, or the cluster at `ray_address`; `ray_workers` actors, default one per cluster CPU)
     while this process stays the only writer of the folder: see ncpbench.executors.ray.
+
+    Before anything is created the roles are checked (provider, model, key variable) and each
+    distinct endpoint is probed once (`probe=False` skips the probe only: for endpoints that cannot
+    be probed, or when the caller has just probed them); a failure raises PreflightError (a
+    ConfigError) and leaves no folder.
 
     Raises RunError when the folder is in use or holds a different run, RunIOError when it cannot
     be written, ValueError for settings out of range (e.g. replicates or max_turns below 1).
@@ -928,7 +955,7 @@ async def run_batch(
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
                          turn_timeout_s=turn_timeout_s, breaker=breaker, player=player, executor=executor,
-                         ray_address=ray_address, ray_workers=ray_workers)
+                         ray_address=ray_address, ray_workers=ray_workers, probe=probe)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),

@@ -121,7 +121,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                                max_total_tokens=args.max_total_tokens, max_cost_usd=args.max_cost,
                                prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout,
                                breaker=args.circuit_breaker, executor=args.executor, ray_address=args.ray_address,
-                               ray_workers=args.ray_workers)
+                               ray_workers=args.ray_workers, probe=False)  # probed above, or --skip-preflight
 
     if live is not None:
         with live:
