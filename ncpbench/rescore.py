@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S
 from ncpbench.jsonl import episode_line, iter_jsonl
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.protocols import NarratorRequest, PlayerRequest
@@ -114,6 +115,8 @@ async def arescore(run_dir: str | Path, config: RunConfig | RoleConfig, out: str
                              max_turns=int(batch.get("max_turns", 100)), seed=int(batch.get("seed", 0)),
                              shard=(int(batch["shard"][0]), int(batch["shard"][1])) if batch.get("shard") else None,
                              dataset=batch.get("dataset"), concurrency=concurrency, on_change=on_change,
+                             # the original's limit when it recorded one (older runs did not)
+                             turn_timeout_s=batch.get("turn_timeout_s", DEFAULT_TURN_TIMEOUT_S),
                              narrator=lambda t: ReplayedNarrator(replay(t)), player=lambda t: ReplayedPlayer(replay(t)))
     run_json = dst / "run.json"
     data = json.loads(run_json.read_text(encoding="utf-8"))

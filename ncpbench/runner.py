@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
-from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, EpisodeInterrupted, describe_failure, play_episode
 from ncpbench.jsonl import episode_line, fsync_dir, iter_jsonl, jsonl_line
 from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
@@ -94,6 +94,9 @@ class BatchSettings(BaseModel):
     shard: tuple[int, int] | None = None
     """(i, n): this runner takes the episodes whose index % n == i."""
     dataset: str | None = None
+    turn_timeout_s: float | None = Field(default=DEFAULT_TURN_TIMEOUT_S, gt=0)
+    """Wall-clock limit of one turn (None: no limit). It decides which episodes end as ERROR
+    (TurnTimeout), so a session with another limit is another run."""
 
 
 @dataclass(frozen=True)
@@ -517,7 +520,7 @@ class BatchRunner:
     def __init__(self, out: Path, config: RunConfig, settings: BatchSettings, *, concurrency: int = 8,
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
-                 turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
+                 breaker: int = BREAKER_DEFAULT,
                  player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
                  ray_workers: int | None = None, probe: bool = True) -> None:
         if concurrency < 1:
@@ -535,7 +538,7 @@ class BatchRunner:
         self.narrator_factory = narrator
         self.player_factory = player
         self.on_change = on_change
-        self.turn_timeout_s = turn_timeout_s
+        self.turn_timeout_s = settings.turn_timeout_s  # from the settings: part of the identity
         self.breaker = breaker
         self.executor = executor
         self.ray_address = ray_address
@@ -584,7 +587,9 @@ class BatchRunner:
         for added in ("mock_roles", "protocol"):  # fields such folders never had
             new_config.pop(added, None)
             old_config.pop(added, None)
-        mine = {"batch": self.settings.model_dump(mode="json"), "config": new_config}
+        batch = self.settings.model_dump(mode="json")
+        batch.pop("turn_timeout_s", None)  # not recorded then either
+        mine = {"batch": batch, "config": new_config}
         old = {"batch": existing.get("batch"), "config": old_config}
         diffs = identity_differences(old, mine)
         if diffs:
@@ -926,7 +931,7 @@ async def run_batch(
     narrator: NarratorFactory | None = None,
     player: PlayerFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
-    turn_timeout_s: float | None = 600.0,
+    turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S,
     breaker: int = BREAKER_DEFAULT,
     executor: str = "local",
     ray_address: str | None = None,
@@ -949,12 +954,12 @@ async def run_batch(
     """
     ds = load(dataset)
     settings = BatchSettings(envs=select_envs(ds, envs), replicates=replicates, max_turns=max_turns, seed=seed,
-                             shard=shard, dataset=dataset)
+                             shard=shard, dataset=dataset, turn_timeout_s=turn_timeout_s)
     runner = BatchRunner(Path(out), config or RunConfig(), settings, concurrency=concurrency,
                          budget=Budget(max_total_tokens, max_cost_usd,
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
-                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player, executor=executor,
+                         breaker=breaker, player=player, executor=executor,
                          ray_address=ray_address, ray_workers=ray_workers, probe=probe)
     started = time.perf_counter()
     result = await runner.run()
