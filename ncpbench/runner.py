@@ -522,7 +522,7 @@ class BatchRunner:
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
                  breaker: int = BREAKER_DEFAULT,
                  player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
-                 ray_workers: int | None = None, probe: bool = True) -> None:
+                 ray_workers: int | None = None, probe: bool = True, run_meta: dict[str, Any] | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         if executor not in EXECUTORS:
@@ -544,6 +544,7 @@ class BatchRunner:
         self.ray_address = ray_address
         self.ray_workers = ray_workers
         self.probe = probe
+        self.run_meta = dict(run_meta or {})
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
@@ -625,6 +626,8 @@ class BatchRunner:
             "episodes_planned": planned_count(self.settings),
             "sessions": sessions,
         }
+        # Written with the first run.json, before any episode: an interrupted rescore still says what it is.
+        data.update({k: v for k, v in self.run_meta.items() if k not in data})
         atomic_write(self.out / "run.json", json.dumps(data, indent=2))
 
     # checkpoints
@@ -937,6 +940,7 @@ async def run_batch(
     ray_address: str | None = None,
     ray_workers: int | None = None,
     probe: bool = True,
+    run_meta: dict[str, Any] | None = None,
 ) -> BatchResult:
     """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped.
 
@@ -949,6 +953,9 @@ async def run_batch(
     be probed, or when the caller has just probed them); a failure raises PreflightError (a
     ConfigError) and leaves no folder.
 
+    `run_meta`: extra run.json fields (a rescore's `rescore_of`), in run.json from its first write,
+    before any episode starts; they cannot replace the runner's own fields.
+
     Raises RunError when the folder is in use or holds a different run, RunIOError when it cannot
     be written, ValueError for settings out of range (e.g. replicates or max_turns below 1).
     """
@@ -960,7 +967,7 @@ async def run_batch(
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
                          breaker=breaker, player=player, executor=executor,
-                         ray_address=ray_address, ray_workers=ray_workers, probe=probe)
+                         ray_address=ray_address, ray_workers=ray_workers, probe=probe, run_meta=run_meta)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),
