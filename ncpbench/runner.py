@@ -639,9 +639,6 @@ class BatchRunner:
         safe = episode_id.replace("#", "__").replace("/", "_")
         return self.checkpoints / f"{safe}.json"
 
-    def _write_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> None:
-        self._write_snapshot(task, env.snapshot())
-
     def _write_snapshot(self, task: EpisodeTask, snapshot: dict[str, Any]) -> None:
         data = {"episode_id": task.episode_id, "env_id": task.env_id, "replicate": task.replicate, "seed": task.seed,
                 "written_at": _now(), "run_identity": self.identity, "snapshot": snapshot}
@@ -649,20 +646,94 @@ class BatchRunner:
 
     def _read_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> dict[str, Any] | None:
         """The snapshot to resume from, or None; a checkpoint of the wrong shape is ignored with a warning."""
-        path = self._checkpoint_path(task)
-        if not path.exists():
+        snapshot = self.stored_snapshot(task)
+        if snapshot is None:
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            snapshot = data["snapshot"]
             # Try it on the env before play: a bad snapshot restarts the episode instead of
             # becoming a permanent ERROR record.
             env.reset(seed=task.seed)
             env.restore(snapshot)
-            return snapshot  # type: ignore[no-any-return]
-        except Exception as e:  # any shape problem at all: JSON, keys, types, another env's state
+            return snapshot
+        except Exception as e:  # any shape problem at all: keys, types, another env's state
+            log.warning("bad_checkpoint_ignored", file=str(self._checkpoint_path(task)),
+                        error=describe_failure(e)[:200])
+            return None
+
+    # the executor interface: what the local executor and ncpbench.executors.ray call
+
+    def stored_snapshot(self, task: EpisodeTask) -> dict[str, Any] | None:
+        """The snapshot `task`'s checkpoint holds, or None. Only the JSON is checked here (a bad file is
+        ignored with a warning); the env that restores it checks its shape."""
+        path = self._checkpoint_path(task)
+        if not path.exists():
+            return None
+        try:
+            snapshot = json.loads(path.read_text(encoding="utf-8"))["snapshot"]
+            if not isinstance(snapshot, dict):
+                raise TypeError(f"the snapshot is a {type(snapshot).__name__}, not an object")
+            return snapshot
+        except Exception as e:  # not JSON, no snapshot, unreadable: the episode restarts
             log.warning("bad_checkpoint_ignored", file=str(path), error=describe_failure(e)[:200])
             return None
+
+    def on_committed_turn(self, task: EpisodeTask, usage_by_role: dict[str, Usage],
+                          snapshot: dict[str, Any] | None) -> None:
+        """A turn of `task` committed: count its usage and checkpoint `snapshot` (None once the episode
+        is over). A folder that cannot be written stops the run between turns, never an ERROR record."""
+        for role, usage in usage_by_role.items():
+            self.progress.add_usage(self._model_of(role), usage)
+        self.progress.turns += 1
+        if self.on_change:
+            self.on_change(self.progress)
+        if snapshot is None or self._io_error is not None:
+            return
+        try:
+            self._write_snapshot(task, snapshot)
+        except OSError as err:
+            self.fail_io(self._checkpoint_path(task), err)
+
+    def should_stop(self) -> bool:
+        """Start no more work and stop episodes between turns: the folder failed, the breaker tripped,
+        or the budget is spent (then marked `stopped_by_budget`)."""
+        if self._over_budget():
+            self.progress.stopped_by_budget = True
+            return True
+        return self._io_error is not None or self.progress.stopped_by_breaker is not None
+
+    def fail_io(self, path: Path, err: OSError) -> None:
+        """Stop the run for an error of the folder itself (IO_ERRNOS: the first one is reported);
+        any other OSError is not the folder's and is raised again."""
+        if err.errno not in IO_ERRNOS:
+            raise err
+        if self._io_error is None:
+            self._io_error = io_failure(path, err)
+
+    def settle(self, task: EpisodeTask, record: EpisodeRecord | None, sink: TextIO) -> None:
+        """What becomes of a played episode (`record`, or None when it stopped between turns): kept
+        pending, held by the circuit breaker, or committed to episodes.jsonl."""
+        if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
+            if self._over_budget():
+                self.progress.stopped_by_budget = True
+            return
+        if self._io_error is not None and record.outcome is Outcome.ERROR:
+            return  # the failure may be the disk's; the checkpoint stays and a rerun retries it
+        signature = _breaker_signature(record)
+        if self.breaker > 0 and signature is not None:
+            if self._streak and _breaker_signature(self._streak[0][1]) != signature:
+                self._flush_streak(sink)
+            if self.progress.stopped_by_breaker:
+                return  # more of the same after the trip: left pending with the others
+            # Hold the record: if this error keeps repeating it is the endpoint, not the episode,
+            # and the held episodes stay pending instead of becoming N identical ERROR records.
+            self._streak.append((task, record))
+            if len(self._streak) >= self.breaker:
+                self.progress.stopped_by_breaker = signature
+                log.error("circuit_breaker_tripped", error=signature, episodes=len(self._streak))
+                self._streak.clear()
+            return
+        self._flush_streak(sink)
+        self._commit(task, record, sink)
 
     # main loop
 
@@ -777,9 +848,6 @@ class BatchRunner:
                     log.warning("run_json_not_updated", error=str(e))
         return BatchResult(self.out, self.progress, self.records, stats, client_cpu)
 
-    def _should_stop(self) -> bool:
-        return self._io_error is not None or self.progress.stopped_by_breaker is not None or self._over_budget()
-
     async def _execute(self, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
         """The executor seam: episodes here (the default), or on Ray workers (ncpbench.executors.ray)."""
         if self.executor == "ray":
@@ -794,16 +862,12 @@ class BatchRunner:
 
         async def worker() -> None:
             for task in tasks:  # one shared lazy iterator: workers take the next episode as they free up
-                if self._should_stop():
-                    if self._over_budget():
-                        self.progress.stopped_by_budget = True
+                if self.should_stop():
                     return
                 try:
                     await self._episode(task, client, sink)
                 except OSError as e:  # the folder itself failed: stop every worker between turns
-                    if e.errno not in IO_ERRNOS:
-                        raise
-                    self._io_error = self._io_error or io_failure(self.out, e)
+                    self.fail_io(self.out, e)
                     return
 
         n = min(self.concurrency, max(self.progress.total - self.progress.done, 0)) or 1
@@ -824,16 +888,6 @@ class BatchRunner:
     def _model_of(self, role: str) -> str:
         return self.config.role(role).model
 
-    def _count_turn(self, env: NarrativeEnv) -> None:
-        self._count_usage(env.history[-1].usage)
-
-    def _count_usage(self, usage_by_role: dict[str, Usage]) -> None:
-        for role, usage in usage_by_role.items():
-            self.progress.add_usage(self._model_of(role), usage)
-        self.progress.turns += 1
-        if self.on_change:
-            self.on_change(self.progress)
-
     async def _episode(self, task: EpisodeTask, client: ModelClient, sink: TextIO) -> None:
         self.progress.alive += 1
         if self.on_change:
@@ -851,19 +905,12 @@ class BatchRunner:
             resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:
-                self._count_turn(e)
-                if not e.state.done and self._io_error is None:
-                    try:
-                        self._write_checkpoint(task, e)
-                    except OSError as err:  # stop between turns; never turn a full disk into an ERROR record
-                        if err.errno not in IO_ERRNOS:
-                            raise
-                        self._io_error = io_failure(self._checkpoint_path(task), err)
+                self.on_committed_turn(task, e.history[-1].usage, None if e.state.done else e.snapshot())
 
             with call_context(episode=task.episode_id):  # labels this episode's lines of calls.jsonl
                 record: EpisodeRecord | None = await play_episode(
                     env, narrator, seed=task.seed, replicate=task.replicate, config=self.record_config,
-                    on_step=on_step, resume=resume, stop=self._should_stop, turn_timeout_s=self.turn_timeout_s)
+                    on_step=on_step, resume=resume, stop=self.should_stop, turn_timeout_s=self.turn_timeout_s)
         except EpisodeInterrupted:
             record = None
         except Exception as e:  # building the episode failed: still an ERROR record, never a crash
@@ -873,32 +920,7 @@ class BatchRunner:
             record = env.record(replicate=task.replicate, config=self.record_config)
         finally:
             self.progress.alive -= 1
-        self._settle(task, record, sink)
-
-    def _settle(self, task: EpisodeTask, record: EpisodeRecord | None, sink: TextIO) -> None:
-        """What becomes of a played episode: kept pending, held by the breaker, or committed."""
-        if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
-            if self._over_budget():
-                self.progress.stopped_by_budget = True
-            return
-        if self._io_error is not None and record.outcome is Outcome.ERROR:
-            return  # the failure may be the disk's; the checkpoint stays and a rerun retries it
-        signature = _breaker_signature(record)
-        if self.breaker > 0 and signature is not None:
-            if self._streak and _breaker_signature(self._streak[0][1]) != signature:
-                self._flush_streak(sink)
-            if self.progress.stopped_by_breaker:
-                return  # more of the same after the trip: left pending with the others
-            # Hold the record: if this error keeps repeating it is the endpoint, not the episode,
-            # and the held episodes stay pending instead of becoming N identical ERROR records.
-            self._streak.append((task, record))
-            if len(self._streak) >= self.breaker:
-                self.progress.stopped_by_breaker = signature
-                log.error("circuit_breaker_tripped", error=signature, episodes=len(self._streak))
-                self._streak.clear()
-            return
-        self._flush_streak(sink)
-        self._commit(task, record, sink)
+        self.settle(task, record, sink)
 
     def _flush_streak(self, sink: TextIO) -> None:
         held, self._streak = self._streak, []

@@ -229,3 +229,19 @@ def test_a_turn_over_its_wall_clock_limit_is_an_error_record(tmp_path: Path) -> 
                               max_turns=4, narrator=lambda task: Slow(), turn_timeout_s=0.5))
     (rec,) = lines(tmp_path / "r" / "episodes.jsonl")
     assert rec["outcome"] == "ERROR" and "TurnTimeout" in str(rec["error"]) and rec["turns"] == 1
+
+
+def test_the_ray_executor_uses_only_the_runners_public_interface() -> None:
+    """Executors drive the runner through stored_snapshot / on_committed_turn / should_stop / fail_io / settle,
+    the calls the local executor makes; a private attribute read or written from outside would let the two drift."""
+    import ast
+
+    import ncpbench.executors.ray as ray_executor
+    from ncpbench.runner import BatchRunner
+
+    tree = ast.parse(Path(ray_executor.__file__).read_text(encoding="utf-8"))
+    private = sorted({f"{ast.unparse(n.value)}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id == "runner" and n.attr.startswith("_")})
+    assert private == []
+    for name in ("stored_snapshot", "on_committed_turn", "should_stop", "fail_io", "settle"):
+        assert callable(getattr(BatchRunner, name)), name
