@@ -14,9 +14,11 @@ Guarantees (docs/RELIABILITY.md lists the test behind each):
   except that N identical infrastructure errors in a row (a revoked key, a dead server) trip the
   circuit breaker: the batch stops with one message, and those episodes stay pending for a rerun;
 - episodes are planned lazily: memory does not grow with --replicates;
-- the run's identity (package version, protocol, models and sampling, dataset hash, hashes of the
-  rendered prompts and stage schemas) is pinned in run.json and in every record and checkpoint, so
-  a folder refuses a different setup even when run.json was deleted;
+- the run's identity (package version, protocol, models and sampling, batch settings with the turn
+  limit, dataset hash, hashes of the rendered prompts and stage schemas) is pinned in run.json and in
+  every record and checkpoint, so a folder refuses a different setup even when run.json was deleted,
+  and only records carrying it count as done (a line another setup wrote never stands in for one);
+- the preflight (roles and keys, one probe per endpoint) runs before the folder exists;
 - a full disk or an unwritable file stops the run (RunIOError) and leaves it resumable.
 """
 
@@ -480,8 +482,8 @@ def folder_identity(folder: Path, meta: dict[str, Any] | None = None) -> tuple[d
     if checkpoints.is_dir():
         for path in sorted(checkpoints.glob("*.json")):
             with contextlib.suppress(OSError, ValueError, AttributeError):
-                ident = json.loads(path.read_text(encoding="utf-8")).get("run_identity")
-                if isinstance(ident, dict):
+                ident = record_identity(json.loads(path.read_text(encoding="utf-8")))
+                if ident is not None:
                     return ident, f"checkpoints/{path.name}"
     return None, ""
 
