@@ -3,7 +3,8 @@
 The narrator's replies and the player's actions of every recorded episode are replayed, turn by
 turn, through the new auditor; neither the narrator nor the player model is called. The result is
 a normal run folder (written by `ncpbench.runner.run_batch`: run.json, episodes.jsonl,
-calls.jsonl, resumable like any run) whose run.json also says `rescore_of` (the original folder).
+calls.jsonl, resumable like any run) whose run.json also says `rescore_of` (the original folder)
+from its first write, so an interrupted rescore is never mistaken for an ordinary run.
 `ncpbench report RUN RUN2` then shows how the two auditors agree.
 
 The new auditor may end an episode earlier than the original one (a conflict it sees first). When
@@ -21,11 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S
 from ncpbench.jsonl import episode_line, iter_jsonl
 from ncpbench.models.config import RoleConfig, RunConfig
 from ncpbench.protocols import NarratorRequest, PlayerRequest
 from ncpbench.record import EpisodeRecord
-from ncpbench.runner import BatchResult, EpisodeTask, Progress, RunError, atomic_write, run_batch
+from ncpbench.runner import BatchResult, EpisodeTask, Progress, RunError, run_batch
 
 
 class RescoreExhausted(RuntimeError):
@@ -98,7 +100,7 @@ def rescore_config(meta: dict[str, Any], auditor: RunConfig | RoleConfig) -> Run
 
 
 async def arescore(run_dir: str | Path, config: RunConfig | RoleConfig, out: str | Path, *, concurrency: int = 8,
-                   on_change: Callable[[Progress], None] | None = None) -> BatchResult:
+                   on_change: Callable[[Progress], None] | None = None, probe: bool = True) -> BatchResult:
     """`rescore`, inside an event loop."""
     src, dst = Path(run_dir), Path(out)
     if src.resolve() == dst.resolve():
@@ -110,25 +112,25 @@ async def arescore(run_dir: str | Path, config: RunConfig | RoleConfig, out: str
     def replay(task: EpisodeTask) -> _Replay:
         return _Replay(records.get(task.episode_id), task.episode_id)
 
-    result = await run_batch(dst, cfg, envs=list(batch["envs"]), replicates=int(batch.get("replicates", 1)),
+    origin = {"rescore_of": str(src.resolve()), "rescore_of_name": str(meta.get("name") or src.resolve().name),
+              "rescore_of_identity_hash": meta.get("identity_hash")}
+    return await run_batch(dst, cfg, envs=list(batch["envs"]), replicates=int(batch.get("replicates", 1)),
                              max_turns=int(batch.get("max_turns", 100)), seed=int(batch.get("seed", 0)),
                              shard=(int(batch["shard"][0]), int(batch["shard"][1])) if batch.get("shard") else None,
                              dataset=batch.get("dataset"), concurrency=concurrency, on_change=on_change,
-                             narrator=lambda t: ReplayedNarrator(replay(t)), player=lambda t: ReplayedPlayer(replay(t)))
-    run_json = dst / "run.json"
-    data = json.loads(run_json.read_text(encoding="utf-8"))
-    data["rescore_of"] = str(src.resolve())
-    data["rescore_of_name"] = str(meta.get("name") or src.resolve().name)
-    data["rescore_of_identity_hash"] = meta.get("identity_hash")
-    atomic_write(run_json, json.dumps(data, indent=2))
-    return result
+                             # the original's limit when it recorded one (older runs did not)
+                             turn_timeout_s=batch.get("turn_timeout_s", DEFAULT_TURN_TIMEOUT_S),
+                             narrator=lambda t: ReplayedNarrator(replay(t)), player=lambda t: ReplayedPlayer(replay(t)),
+                             probe=probe, run_meta=origin)
 
 
 def rescore(run_dir: str | Path, config: RunConfig | RoleConfig, out: str | Path, *, concurrency: int = 8,
-            on_change: Callable[[Progress], None] | None = None) -> BatchResult:
+            on_change: Callable[[Progress], None] | None = None, probe: bool = True) -> BatchResult:
     """Replay a finished run through another auditor into `out` (a normal, resumable run folder).
 
     `config`: the new auditor, as a RunConfig (its `auditor` and `cache_path` are used; the narrator,
-    player, protocol and batch settings come from the original run) or a RoleConfig.
+    player, protocol and batch settings come from the original run) or a RoleConfig. The new auditor
+    is preflighted like any run (its key, one probe of its endpoint unless `probe=False`; the replayed
+    roles call nothing) before `out` exists; run.json says `rescore_of` from its first write.
     """
-    return asyncio.run(arescore(run_dir, config, out, concurrency=concurrency, on_change=on_change))
+    return asyncio.run(arescore(run_dir, config, out, concurrency=concurrency, on_change=on_change, probe=probe))

@@ -14,9 +14,11 @@ Guarantees (docs/RELIABILITY.md lists the test behind each):
   except that N identical infrastructure errors in a row (a revoked key, a dead server) trip the
   circuit breaker: the batch stops with one message, and those episodes stay pending for a rerun;
 - episodes are planned lazily: memory does not grow with --replicates;
-- the run's identity (package version, protocol, models and sampling, dataset hash, hashes of the
-  rendered prompts and stage schemas) is pinned in run.json and in every record and checkpoint, so
-  a folder refuses a different setup even when run.json was deleted;
+- the run's identity (package version, protocol, models and sampling, batch settings with the turn
+  limit, dataset hash, hashes of the rendered prompts and stage schemas) is pinned in run.json and in
+  every record and checkpoint, so a folder refuses a different setup even when run.json was deleted,
+  and only records carrying it count as done (a line another setup wrote never stands in for one);
+- the preflight (roles and keys, one probe per endpoint) runs before the folder exists;
 - a full disk or an unwritable file stops the run (RunIOError) and leaves it resumable.
 """
 
@@ -41,14 +43,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
-from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
+from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, EpisodeInterrupted, describe_failure, play_episode
 from ncpbench.jsonl import episode_line, fsync_dir, iter_jsonl, jsonl_line
 from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
 from ncpbench.models.cache import ResponseCache
 from ncpbench.models.calllog import CallLog, call_context
 from ncpbench.models.client import ModelClient
-from ncpbench.models.config import ConfigError, RunConfig, did_you_mean
+from ncpbench.models.config import ConfigError, RoleConfig, RunConfig, did_you_mean
+from ncpbench.preflight import check_roles, probe_endpoints
 from ncpbench.pricing import Price, as_price, cached_share, total_cost
 from ncpbench.protocol import get_protocol
 from ncpbench.protocols import Narrator, Player
@@ -93,6 +96,9 @@ class BatchSettings(BaseModel):
     shard: tuple[int, int] | None = None
     """(i, n): this runner takes the episodes whose index % n == i."""
     dataset: str | None = None
+    turn_timeout_s: float | None = Field(default=DEFAULT_TURN_TIMEOUT_S, gt=0)
+    """Wall-clock limit of one turn (None: no limit). It decides which episodes end as ERROR
+    (TurnTimeout), so a session with another limit is another run."""
 
 
 @dataclass(frozen=True)
@@ -456,6 +462,37 @@ def run_identity(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def record_identity(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The run identity a record (or checkpoint data) was written under, or None (a play record, an old record)."""
+    config = data.get("config")
+    ident = config.get("run_identity") if isinstance(config, dict) else data.get("run_identity")
+    return ident if isinstance(ident, dict) else None
+
+
+def folder_identity(folder: Path, meta: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The identity a run folder was started with and where it was found: run.json's (`meta`, its
+    parsed content), else a record's, else a checkpoint's; (None, "") when nothing pins one."""
+    if meta is not None and isinstance(meta.get("identity"), dict):
+        return meta["identity"], "run.json"
+    for data in iter_jsonl(folder / "episodes.jsonl", accept=episode_line):
+        ident = record_identity(data)
+        if ident is not None:
+            return ident, "episodes.jsonl"
+    checkpoints = folder / "checkpoints"
+    if checkpoints.is_dir():
+        for path in sorted(checkpoints.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                ident = record_identity(json.loads(path.read_text(encoding="utf-8")))
+                if ident is not None:
+                    return ident, f"checkpoints/{path.name}"
+    return None, ""
+
+
+def canonical(data: Any) -> Any:
+    """`data` as it reads back from JSON (tuples become lists), so a live identity equals a recorded one."""
+    return json.loads(json.dumps(data))
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -485,9 +522,9 @@ class BatchRunner:
     def __init__(self, out: Path, config: RunConfig, settings: BatchSettings, *, concurrency: int = 8,
                  budget: Budget | None = None, retry_errors: bool = False, narrator: NarratorFactory | None = None,
                  on_change: Callable[[Progress], None] | None = None, dataset: Dataset | None = None,
-                 turn_timeout_s: float | None = 600.0, breaker: int = BREAKER_DEFAULT,
+                 breaker: int = BREAKER_DEFAULT,
                  player: PlayerFactory | None = None, executor: str = "local", ray_address: str | None = None,
-                 ray_workers: int | None = None) -> None:
+                 ray_workers: int | None = None, probe: bool = True, run_meta: dict[str, Any] | None = None) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1 (0 would wait forever)")
         if executor not in EXECUTORS:
@@ -503,11 +540,13 @@ class BatchRunner:
         self.narrator_factory = narrator
         self.player_factory = player
         self.on_change = on_change
-        self.turn_timeout_s = turn_timeout_s
+        self.turn_timeout_s = settings.turn_timeout_s  # from the settings: part of the identity
         self.breaker = breaker
         self.executor = executor
         self.ray_address = ray_address
         self.ray_workers = ray_workers
+        self.probe = probe
+        self.run_meta = dict(run_meta or {})
         self.dataset = dataset or load(settings.dataset)
         self.progress = Progress()
         self.records: list[EpisodeRecord] = []
@@ -532,45 +571,34 @@ class BatchRunner:
             raise RunError(f"{self.out}/run.json is not JSON; move it away and rerun (the records pin the run too)") from None
         return data if isinstance(data, dict) else {}
 
-    def _existing_identity(self, meta: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-        """The identity this folder was started with: run.json's, else a record's, else a checkpoint's."""
-        if isinstance(meta.get("identity"), dict):
-            return meta["identity"], "run.json"
-        for data in iter_jsonl(self.episodes_path, accept=episode_line):
-            ident = (data.get("config") or {}).get("run_identity")
-            if isinstance(ident, dict):
-                return ident, "episodes.jsonl"
-        if self.checkpoints.is_dir():
-            for path in sorted(self.checkpoints.glob("*.json")):
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    ident = json.loads(path.read_text(encoding="utf-8")).get("run_identity")
-                    if isinstance(ident, dict):
-                        return ident, f"checkpoints/{path.name}"
-        return None, ""
-
-    def _check_same_run(self, existing: dict[str, Any]) -> None:
-        theirs, source = self._existing_identity(existing)
+    def _check_same_run(self, existing: dict[str, Any]) -> bool:
+        """Refuse a folder holding another run; True when the folder pins an identity (then only
+        records carrying this run's identity count as done)."""
+        theirs, source = folder_identity(self.out, existing)
         if theirs is not None:
             diffs = identity_differences(theirs, self.identity)
             if diffs:
                 raise RunError(f"{self.out} holds a different run ({source}): " + "; ".join(diffs[:6])
                                + ("; ..." if len(diffs) > 6 else "")
                                + ". Rerun with the same setup to resume, or choose another --out")
-            return
+            return True
         if not existing:
-            return
+            return False
         # A folder written before identities were pinned: compare what it recorded.
         new_config = run_identity(self.config.public())
         old_config = run_identity(existing.get("config") or {})
         for added in ("mock_roles", "protocol"):  # fields such folders never had
             new_config.pop(added, None)
             old_config.pop(added, None)
-        mine = {"batch": self.settings.model_dump(mode="json"), "config": new_config}
+        batch = self.settings.model_dump(mode="json")
+        batch.pop("turn_timeout_s", None)  # not recorded then either
+        mine = {"batch": batch, "config": new_config}
         old = {"batch": existing.get("batch"), "config": old_config}
         diffs = identity_differences(old, mine)
         if diffs:
             raise RunError(f"{self.out} holds a different run (run.json): " + "; ".join(diffs[:6])
                            + ". Rerun with the same setup to resume, or choose another --out")
+        return False
 
     def _write_run_json(self, status: str, started: str, stats: dict[str, Any] | None = None) -> None:
         existing = self._run_json()
@@ -600,6 +628,8 @@ class BatchRunner:
             "episodes_planned": planned_count(self.settings),
             "sessions": sessions,
         }
+        # Written with the first run.json, before any episode: an interrupted rescore still says what it is.
+        data.update({k: v for k, v in self.run_meta.items() if k not in data})
         atomic_write(self.out / "run.json", json.dumps(data, indent=2))
 
     # checkpoints
@@ -611,9 +641,6 @@ class BatchRunner:
         safe = episode_id.replace("#", "__").replace("/", "_")
         return self.checkpoints / f"{safe}.json"
 
-    def _write_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> None:
-        self._write_snapshot(task, env.snapshot())
-
     def _write_snapshot(self, task: EpisodeTask, snapshot: dict[str, Any]) -> None:
         data = {"episode_id": task.episode_id, "env_id": task.env_id, "replicate": task.replicate, "seed": task.seed,
                 "written_at": _now(), "run_identity": self.identity, "snapshot": snapshot}
@@ -621,30 +648,123 @@ class BatchRunner:
 
     def _read_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> dict[str, Any] | None:
         """The snapshot to resume from, or None; a checkpoint of the wrong shape is ignored with a warning."""
-        path = self._checkpoint_path(task)
-        if not path.exists():
+        snapshot = self.stored_snapshot(task)
+        if snapshot is None:
             return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            snapshot = data["snapshot"]
             # Try it on the env before play: a bad snapshot restarts the episode instead of
             # becoming a permanent ERROR record.
             env.reset(seed=task.seed)
             env.restore(snapshot)
-            return snapshot  # type: ignore[no-any-return]
-        except Exception as e:  # any shape problem at all: JSON, keys, types, another env's state
+            return snapshot
+        except Exception as e:  # any shape problem at all: keys, types, another env's state
+            log.warning("bad_checkpoint_ignored", file=str(self._checkpoint_path(task)),
+                        error=describe_failure(e)[:200])
+            return None
+
+    # the executor interface: what the local executor and ncpbench.executors.ray call
+
+    def stored_snapshot(self, task: EpisodeTask) -> dict[str, Any] | None:
+        """The snapshot `task`'s checkpoint holds, or None. Only the JSON is checked here (a bad file is
+        ignored with a warning); the env that restores it checks its shape."""
+        path = self._checkpoint_path(task)
+        if not path.exists():
+            return None
+        try:
+            snapshot = json.loads(path.read_text(encoding="utf-8"))["snapshot"]
+            if not isinstance(snapshot, dict):
+                raise TypeError(f"the snapshot is a {type(snapshot).__name__}, not an object")
+            return snapshot
+        except Exception as e:  # not JSON, no snapshot, unreadable: the episode restarts
             log.warning("bad_checkpoint_ignored", file=str(path), error=describe_failure(e)[:200])
             return None
 
+    def on_committed_turn(self, task: EpisodeTask, usage_by_role: dict[str, Usage],
+                          snapshot: dict[str, Any] | None) -> None:
+        """A turn of `task` committed: count its usage and checkpoint `snapshot` (None once the episode
+        is over). A folder that cannot be written stops the run between turns, never an ERROR record."""
+        for role, usage in usage_by_role.items():
+            self.progress.add_usage(self._model_of(role), usage)
+        self.progress.turns += 1
+        if self.on_change:
+            self.on_change(self.progress)
+        if snapshot is None or self._io_error is not None:
+            return
+        try:
+            self._write_snapshot(task, snapshot)
+        except OSError as err:
+            self.fail_io(self._checkpoint_path(task), err)
+
+    def should_stop(self) -> bool:
+        """Start no more work and stop episodes between turns: the folder failed, the breaker tripped,
+        or the budget is spent (then marked `stopped_by_budget`)."""
+        if self._over_budget():
+            self.progress.stopped_by_budget = True
+            return True
+        return self._io_error is not None or self.progress.stopped_by_breaker is not None
+
+    def fail_io(self, path: Path, err: OSError) -> None:
+        """Stop the run for an error of the folder itself (IO_ERRNOS: the first one is reported);
+        any other OSError is not the folder's and is raised again."""
+        if err.errno not in IO_ERRNOS:
+            raise err
+        if self._io_error is None:
+            self._io_error = io_failure(path, err)
+
+    def settle(self, task: EpisodeTask, record: EpisodeRecord | None, sink: TextIO) -> None:
+        """What becomes of a played episode (`record`, or None when it stopped between turns): kept
+        pending, held by the circuit breaker, or committed to episodes.jsonl."""
+        if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
+            if self._over_budget():
+                self.progress.stopped_by_budget = True
+            return
+        if self._io_error is not None and record.outcome is Outcome.ERROR:
+            return  # the failure may be the disk's; the checkpoint stays and a rerun retries it
+        signature = _breaker_signature(record)
+        if self.breaker > 0 and signature is not None:
+            if self._streak and _breaker_signature(self._streak[0][1]) != signature:
+                self._flush_streak(sink)
+            if self.progress.stopped_by_breaker:
+                return  # more of the same after the trip: left pending with the others
+            # Hold the record: if this error keeps repeating it is the endpoint, not the episode,
+            # and the held episodes stay pending instead of becoming N identical ERROR records.
+            self._streak.append((task, record))
+            if len(self._streak) >= self.breaker:
+                self.progress.stopped_by_breaker = signature
+                log.error("circuit_breaker_tripped", error=signature, episodes=len(self._streak))
+                self._streak.clear()
+            return
+        self._flush_streak(sink)
+        self._commit(task, record, sink)
+
     # main loop
 
+    def preflight_config(self) -> RunConfig:
+        """The config of the roles this batch calls through it: a narrator or player given as a factory
+        (a rescore's replayed replies) never reaches its configured endpoint, so it is not checked."""
+        update: dict[str, Any] = {}
+        if self.narrator_factory is not None:
+            update["narrator"] = RoleConfig()  # the in-process mock: no key, no endpoint to probe
+        if self.player_factory is not None:
+            update["player_mode"] = "scripted"  # out of the active roles
+        return self.config.model_copy(update=update)
+
+    async def preflight(self) -> None:
+        """Roles and keys, then one probe per endpoint (unless `probe=False`): PreflightError before
+        the folder or any record exists."""
+        config = self.preflight_config()
+        check_roles(config)
+        if self.probe:
+            await asyncio.to_thread(probe_endpoints, config)  # blocking HTTP, off the event loop
+
     async def run(self) -> BatchResult:
+        await self.preflight()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise io_failure(self.out, e) if e.errno in IO_ERRNOS else e from None
         with run_lock(self.out):
-            self._check_same_run(self._run_json())
+            pinned = self._check_same_run(self._run_json())
             try:
                 self.checkpoints.mkdir(exist_ok=True)
                 remove_stale_temp_files(self.out)
@@ -655,8 +775,18 @@ class BatchRunner:
                 raise
             done: dict[str, str] = {}
             positions = {env: k for k, env in enumerate(self.settings.envs)}
+            mine = canonical(self.identity)
+            foreign = 0
             for d in iter_jsonl(self.episodes_path, accept=episode_line):
+                # Only this run's own records are done: a line another setup wrote (a person's
+                # `ncpbench play` episode, an older tool) must not stand in for this run's episode.
+                if pinned and record_identity(d) != mine:
+                    foreign += 1
+                    continue
                 done[d["episode_id"]] = d["outcome"]
+            if foreign:
+                log.warning("foreign_records_not_counted", records=foreign, file=str(self.episodes_path),
+                            why="their run identity is not this run's; those episodes run again")
             if self.retry_errors and any(o == Outcome.ERROR.value for o in done.values()):
                 kept = "".join(jsonl_line(d) for d in iter_jsonl(self.episodes_path, accept=episode_line)
                                if done.get(d["episode_id"]) != Outcome.ERROR.value)
@@ -720,9 +850,6 @@ class BatchRunner:
                     log.warning("run_json_not_updated", error=str(e))
         return BatchResult(self.out, self.progress, self.records, stats, client_cpu)
 
-    def _should_stop(self) -> bool:
-        return self._io_error is not None or self.progress.stopped_by_breaker is not None or self._over_budget()
-
     async def _execute(self, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
         """The executor seam: episodes here (the default), or on Ray workers (ncpbench.executors.ray)."""
         if self.executor == "ray":
@@ -737,16 +864,12 @@ class BatchRunner:
 
         async def worker() -> None:
             for task in tasks:  # one shared lazy iterator: workers take the next episode as they free up
-                if self._should_stop():
-                    if self._over_budget():
-                        self.progress.stopped_by_budget = True
+                if self.should_stop():
                     return
                 try:
                     await self._episode(task, client, sink)
                 except OSError as e:  # the folder itself failed: stop every worker between turns
-                    if e.errno not in IO_ERRNOS:
-                        raise
-                    self._io_error = self._io_error or io_failure(self.out, e)
+                    self.fail_io(self.out, e)
                     return
 
         n = min(self.concurrency, max(self.progress.total - self.progress.done, 0)) or 1
@@ -767,16 +890,6 @@ class BatchRunner:
     def _model_of(self, role: str) -> str:
         return self.config.role(role).model
 
-    def _count_turn(self, env: NarrativeEnv) -> None:
-        self._count_usage(env.history[-1].usage)
-
-    def _count_usage(self, usage_by_role: dict[str, Usage]) -> None:
-        for role, usage in usage_by_role.items():
-            self.progress.add_usage(self._model_of(role), usage)
-        self.progress.turns += 1
-        if self.on_change:
-            self.on_change(self.progress)
-
     async def _episode(self, task: EpisodeTask, client: ModelClient, sink: TextIO) -> None:
         self.progress.alive += 1
         if self.on_change:
@@ -794,19 +907,12 @@ class BatchRunner:
             resume = self._read_checkpoint(task, env)
 
             def on_step(e: NarrativeEnv, info: dict[str, Any]) -> None:
-                self._count_turn(e)
-                if not e.state.done and self._io_error is None:
-                    try:
-                        self._write_checkpoint(task, e)
-                    except OSError as err:  # stop between turns; never turn a full disk into an ERROR record
-                        if err.errno not in IO_ERRNOS:
-                            raise
-                        self._io_error = io_failure(self._checkpoint_path(task), err)
+                self.on_committed_turn(task, e.history[-1].usage, None if e.state.done else e.snapshot())
 
             with call_context(episode=task.episode_id):  # labels this episode's lines of calls.jsonl
                 record: EpisodeRecord | None = await play_episode(
                     env, narrator, seed=task.seed, replicate=task.replicate, config=self.record_config,
-                    on_step=on_step, resume=resume, stop=self._should_stop, turn_timeout_s=self.turn_timeout_s)
+                    on_step=on_step, resume=resume, stop=self.should_stop, turn_timeout_s=self.turn_timeout_s)
         except EpisodeInterrupted:
             record = None
         except Exception as e:  # building the episode failed: still an ERROR record, never a crash
@@ -816,32 +922,7 @@ class BatchRunner:
             record = env.record(replicate=task.replicate, config=self.record_config)
         finally:
             self.progress.alive -= 1
-        self._settle(task, record, sink)
-
-    def _settle(self, task: EpisodeTask, record: EpisodeRecord | None, sink: TextIO) -> None:
-        """What becomes of a played episode: kept pending, held by the breaker, or committed."""
-        if record is None:  # stopped between turns (budget, breaker, disk): the checkpoint stays for a rerun
-            if self._over_budget():
-                self.progress.stopped_by_budget = True
-            return
-        if self._io_error is not None and record.outcome is Outcome.ERROR:
-            return  # the failure may be the disk's; the checkpoint stays and a rerun retries it
-        signature = _breaker_signature(record)
-        if self.breaker > 0 and signature is not None:
-            if self._streak and _breaker_signature(self._streak[0][1]) != signature:
-                self._flush_streak(sink)
-            if self.progress.stopped_by_breaker:
-                return  # more of the same after the trip: left pending with the others
-            # Hold the record: if this error keeps repeating it is the endpoint, not the episode,
-            # and the held episodes stay pending instead of becoming N identical ERROR records.
-            self._streak.append((task, record))
-            if len(self._streak) >= self.breaker:
-                self.progress.stopped_by_breaker = signature
-                log.error("circuit_breaker_tripped", error=signature, episodes=len(self._streak))
-                self._streak.clear()
-            return
-        self._flush_streak(sink)
-        self._commit(task, record, sink)
+        self.settle(task, record, sink)
 
     def _flush_streak(self, sink: TextIO) -> None:
         held, self._streak = self._streak, []
@@ -877,11 +958,13 @@ async def run_batch(
     narrator: NarratorFactory | None = None,
     player: PlayerFactory | None = None,
     on_change: Callable[[Progress], None] | None = None,
-    turn_timeout_s: float | None = 600.0,
+    turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S,
     breaker: int = BREAKER_DEFAULT,
     executor: str = "local",
     ray_address: str | None = None,
     ray_workers: int | None = None,
+    probe: bool = True,
+    run_meta: dict[str, Any] | None = None,
 ) -> BatchResult:
     """Run (or resume) a batch into `out`. Rerunning the same call continues where it stopped.
 
@@ -889,18 +972,26 @@ async def run_batch(
     instance, or the cluster at `ray_address`; `ray_workers` actors, default one per cluster CPU)
     while this process stays the only writer of the folder: see ncpbench.executors.ray.
 
+    Before anything is created the roles are checked (provider, model, key variable) and each
+    distinct endpoint is probed once (`probe=False` skips the probe only: for endpoints that cannot
+    be probed, or when the caller has just probed them); a failure raises PreflightError (a
+    ConfigError) and leaves no folder.
+
+    `run_meta`: extra run.json fields (a rescore's `rescore_of`), in run.json from its first write,
+    before any episode starts; they cannot replace the runner's own fields.
+
     Raises RunError when the folder is in use or holds a different run, RunIOError when it cannot
     be written, ValueError for settings out of range (e.g. replicates or max_turns below 1).
     """
     ds = load(dataset)
     settings = BatchSettings(envs=select_envs(ds, envs), replicates=replicates, max_turns=max_turns, seed=seed,
-                             shard=shard, dataset=dataset)
+                             shard=shard, dataset=dataset, turn_timeout_s=turn_timeout_s)
     runner = BatchRunner(Path(out), config or RunConfig(), settings, concurrency=concurrency,
                          budget=Budget(max_total_tokens, max_cost_usd,
                                        {m: as_price(p) for m, p in (prices or {}).items()}),
                          retry_errors=retry_errors, narrator=narrator, on_change=on_change, dataset=ds,
-                         turn_timeout_s=turn_timeout_s, breaker=breaker, player=player, executor=executor,
-                         ray_address=ray_address, ray_workers=ray_workers)
+                         breaker=breaker, player=player, executor=executor,
+                         ray_address=ray_address, ray_workers=ray_workers, probe=probe, run_meta=run_meta)
     started = time.perf_counter()
     result = await runner.run()
     log.info("batch_done", out=str(out), seconds=round(time.perf_counter() - started, 1),
@@ -908,35 +999,93 @@ async def run_batch(
     return result
 
 
+def _without_shard(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity with `batch.shard` set to None: the shard decides which episodes a runner takes, not
+    how one is played, so the shards of one run share everything else."""
+    batch = dict(identity.get("batch") or {})
+    batch["shard"] = None
+    out: dict[str, Any] = canonical({**identity, "batch": batch})
+    return out
+
+
 def merge_runs(shards: list[Path], out: Path) -> dict[str, Any]:
-    """Join shard folders of one run into `out`: same config and batch, episodes deduplicated."""
+    """Join shard folders of one run into `out`: the same run identity but for the shard, episodes
+    deduplicated. The merged run.json and records carry that identity with `batch.shard` None, so the
+    merged folder resumes like an unsharded run. RunError names every field that differs."""
     metas = []
     for s in shards:
         path = s / "run.json"
         if not path.exists():
             raise RunError(f"{s} has no run.json: not a run folder")
-        metas.append(json.loads(path.read_text()))
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise RunError(f"{s}/run.json is not JSON: not a run folder") from None
+        if not isinstance(meta, dict):
+            raise RunError(f"{s}/run.json is not a run.json (not an object)")
+        metas.append(meta)
     base = metas[0]
+    pinned = [isinstance(m.get("identity"), dict) for m in metas]
+    identity: dict[str, Any] | None = None
+    if all(pinned):
+        identity = _without_shard(base["identity"])
+        for s, m in zip(shards[1:], metas[1:], strict=True):
+            diffs = identity_differences(identity, _without_shard(m["identity"]))
+            if diffs:
+                raise RunError(f"{s} is not a shard of the same run as {shards[0]}: " + "; ".join(diffs[:6])
+                               + ("; ..." if len(diffs) > 6 else ""))
+    elif any(pinned):
+        raise RunError(f"{shards[pinned.index(False)]} has no run identity and {shards[pinned.index(True)]} has "
+                       "one: not shards of the same run (written by different ncpbench versions)")
+    else:  # folders written before identities were pinned: compare what they recorded
 
-    def key(m: dict[str, Any]) -> str:
-        batch = dict(m.get("batch") or {})
-        batch.pop("shard", None)
-        return json.dumps({"batch": batch, "config": run_identity(m.get("config") or {})}, sort_keys=True)
+        def key(m: dict[str, Any]) -> str:
+            batch = dict(m.get("batch") or {})
+            batch.pop("shard", None)
+            return json.dumps({"batch": batch, "config": run_identity(m.get("config") or {})}, sort_keys=True)
 
-    for s, m in zip(shards[1:], metas[1:], strict=True):
-        if key(m) != key(base):
-            raise RunError(f"{s} is not a shard of the same run as {shards[0]} (different config or batch)")
+        for s, m in zip(shards[1:], metas[1:], strict=True):
+            if key(m) != key(base):
+                raise RunError(f"{s} is not a shard of the same run as {shards[0]} (different config or batch)")
     records: dict[str, dict[str, Any]] = {}
+    skipped = 0
     for s in shards:
-        records.update(read_records(s / "episodes.jsonl"))
+        for episode_id, data in read_records(s / "episodes.jsonl").items():
+            if identity is not None:
+                own = record_identity(data)
+                if own is None or _without_shard(own) != identity:
+                    skipped += 1  # not this run's record (e.g. a person's play session): not merged
+                    continue
+                data = {**data, "config": {**data["config"], "run_identity": identity}}
+            records[episode_id] = data
+    if skipped:
+        log.warning("merge_skipped_foreign_records", records=skipped, why="their run identity is not the shards' run")
     out.mkdir(parents=True, exist_ok=True)
     with run_lock(out):
+        if identity is not None:  # merging again into the same folder is fine; over another run is not
+            theirs, source = folder_identity(out, _read_meta(out))
+            diffs = identity_differences(theirs, identity) if theirs is not None else []
+            if diffs:
+                raise RunError(f"{out} holds a different run ({source}): " + "; ".join(diffs[:6])
+                               + "; choose another --out")
         batch = dict(base["batch"])
         batch["shard"] = None
         planned = planned_count(BatchSettings(**batch))
         merged = {**base, "batch": batch, "name": out.name, "merged_from": [str(s) for s in shards],
                   "status": "complete" if len(records) == planned else "partial", "episodes_planned": planned,
                   "sessions": [sess for m in metas for sess in m.get("sessions", [])]}
+        if identity is not None:
+            merged["identity"] = identity
+            merged["identity_hash"] = identity_hash(identity)
         atomic_write(out / "episodes.jsonl", "".join(jsonl_line(r) for r in records.values()))
         atomic_write(out / "run.json", json.dumps(merged, indent=2))
     return merged
+
+
+def _read_meta(folder: Path) -> dict[str, Any]:
+    """run.json of a folder, or {} when it is missing or unreadable (the records still pin the run)."""
+    try:
+        data = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -121,3 +121,67 @@ def test_human_player_sees_only_the_story_so_far() -> None:
     assert "Narrator: The lighthouse is dark." in stdout.getvalue() and "f_" not in stdout.getvalue()
     with pytest.raises(EndOfSession):
         player.act(req)
+
+
+# -- play folders never mix with batch runs ---------------------------------------------------------
+
+
+def batch_folder(path: Path, mock: MockServer) -> None:
+    import asyncio
+
+    from ncpbench.models.config import RoleConfig, RunConfig
+    from ncpbench.runner import run_batch
+
+    r = RoleConfig(model="mock/default", base_url=mock.base_url)
+    asyncio.run(run_batch(path, RunConfig(narrator=r, player=r, auditor=r, player_mode="scripted"),
+                          envs="iron-man", replicates=2, max_turns=1))
+
+
+def test_play_refuses_a_batch_run_folder_before_the_session(tmp_path: Path, mock: MockServer) -> None:
+    batch_folder(tmp_path / "batch", mock)
+    before = (tmp_path / "batch" / "episodes.jsonl").read_bytes()
+    out = play("iron-man", "--as", "narrator", "--turns", "2", "--player-mode", "scripted", "--auditor",
+               "mock/default", "--auditor-base-url", mock.base_url, "--out", str(tmp_path / "rec.json"),
+               "--run-dir", str(tmp_path / "batch"), stdin="An opening.\nA reply.\n", cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    err = [x for x in out.stderr.splitlines() if x.startswith("ncpbench: ")]
+    assert len(err) == 1 and "is a batch run folder" in err[0] and "Traceback" not in out.stderr
+    assert "Narrator (turn 0)" not in out.stdout and "Established facts" not in out.stdout, "refused before playing"
+    assert (tmp_path / "batch" / "episodes.jsonl").read_bytes() == before
+
+
+def test_append_to_run_refuses_batch_records_even_without_run_json(tmp_path: Path, mock: MockServer) -> None:
+    from ncpbench.cli.play import append_to_run
+    from ncpbench.record import EpisodeRecord
+    from ncpbench.runner import RunError
+
+    batch_folder(tmp_path / "batch", mock)
+    first = (tmp_path / "batch" / "episodes.jsonl").read_text().splitlines()[0]
+    human = EpisodeRecord.model_validate_json(first).model_copy(update={"config": {"narrator": {"model": "human"}}})
+    with pytest.raises(RunError, match="is a batch run folder"):
+        append_to_run(tmp_path / "batch", human)
+    (tmp_path / "batch" / "run.json").unlink()
+    with pytest.raises(RunError, match=r"holds batch run records \(episodes\.jsonl\)"):
+        append_to_run(tmp_path / "batch", human)
+    assert append_to_run(tmp_path / "plays", human).episode_id == "iron-man#0", "a play folder still takes it"
+
+
+def test_a_batch_rerun_never_counts_a_play_record_as_its_own(tmp_path: Path, mock: MockServer) -> None:
+    import asyncio
+
+    from ncpbench.models.config import RoleConfig, RunConfig
+    from ncpbench.runner import read_records, run_batch
+
+    batch_folder(tmp_path / "batch", mock)
+    episodes = tmp_path / "batch" / "episodes.jsonl"
+    lines = {json.loads(x)["episode_id"]: x for x in episodes.read_text().splitlines()}
+    human = json.loads(lines["iron-man#1"])
+    human["config"] = {"narrator": {"model": "human"}, "play": {"human": "narrator"}}  # as `play --run-dir` wrote it
+    # iron-man#1 not yet run by the batch, a person's episode under its id (the reviewer's case)
+    episodes.write_text(lines["iron-man#0"] + "\n" + json.dumps(human) + "\n")
+    r = RoleConfig(model="mock/default", base_url=mock.base_url)
+    again = asyncio.run(run_batch(tmp_path / "batch", RunConfig(narrator=r, player=r, auditor=r, player_mode="scripted"),
+                                  envs="iron-man", replicates=2, max_turns=1))
+    assert again.progress.skipped == 1 and [x.episode_id for x in again.records] == ["iron-man#1"]
+    final = read_records(episodes)["iron-man#1"]
+    assert final["config"]["narrator"]["model"] == "mock/default", "the batch's own episode, not the person's"

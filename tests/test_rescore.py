@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from ncpbench.models.mock_server import MockConfig, MockServer
 from ncpbench.record import EpisodeRecord
 from ncpbench.reports import build_report
 from ncpbench.rescore import rescore
-from ncpbench.runner import run_batch
+from ncpbench.runner import Progress, run_batch
 
 RATE = 0.25
 
@@ -117,3 +118,49 @@ def test_cli_rescore(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.Cap
     recs = records(tmp_path / "c")
     assert all(r.outcome.value == "ERROR" and r.error and "RescoreExhausted" in r.error for r in recs.values())
     assert all(len(r.history) == 4 for r in recs.values()), "turns 0-3 judged by the new auditor"
+
+
+# -- a rescore is a run like any other: preflight, exit codes, run.json from the start ----------------
+
+
+def test_cli_rescore_without_the_auditors_key_is_exit_2_and_writes_nothing(
+        runs: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from ncpbench.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = main(["rescore", str(runs[0]), "--auditor", "openai/gpt-4o-mini", "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err
+    assert code == 2 and "OPENAI_API_KEY is not set" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_rescore_stopped_by_the_breaker_exits_6_like_run(
+        runs: tuple[Path, Path], tmp_path: Path, hostile: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import error_body
+
+    from ncpbench.cli import main
+
+    server = hostile(lambda method, path, body: (401, error_body("Incorrect API key provided")))
+    args = ["rescore", str(runs[0]), "--auditor", "openai/m", "--auditor-base-url", server.base_url,
+            "--out", str(tmp_path / "c"), "--concurrency", "1"]
+    assert main(args) == 2 and not (tmp_path / "c").exists(), "the probe meets the 401 first"
+    capsys.readouterr()
+    assert main([*args, "--skip-preflight"]) == 6
+    err = capsys.readouterr().err
+    assert err.count("ncpbench: stopped: 5 episodes in a row failed") == 1
+    meta = json.loads((tmp_path / "c" / "run.json").read_text())
+    assert meta["status"] == "stopped_by_breaker" and meta["rescore_of"] == str(runs[0].resolve())
+
+
+def test_run_json_says_rescore_of_before_the_first_episode_starts(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    seen: list[object] = []
+
+    def on_change(progress: Progress) -> None:
+        if progress.alive and not seen:  # the first episode has just started
+            seen.append(json.loads((tmp_path / "c" / "run.json").read_text()).get("rescore_of"))
+
+    with MockServer(MockConfig()) as server:
+        rescore(runs[0], RoleConfig(model="mock/judge-c", base_url=server.base_url), tmp_path / "c",
+                on_change=on_change)
+    assert seen == [str(runs[0].resolve())], "an interrupted rescore still says what it re-audits"

@@ -33,6 +33,7 @@ from ncpbench.preflight import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_SIGTERM,
+    PreflightError,
 )
 from ncpbench.reports import MOCK_NOTICE, build_report, read_episodes
 from ncpbench.runner import RunError, RunIOError, planned_count, read_records, run_batch
@@ -122,6 +123,42 @@ def test_a_changed_protocol_or_setting_is_refused_by_the_cli_with_exit_3_naming_
         assert len(err) == 1 and "protocol.name: published -> grounded" in err[0] and "Traceback" not in refused.stderr
         sampled = cli(*base, "--narrator-temperature", "0.3")
         assert sampled.returncode == EXIT_REFUSED and "roles.narrator.temperature: 0.6 -> 0.3" in sampled.stderr
+        timed = cli(*base, "--turn-timeout", "30")  # it decides which episodes end as ERROR
+        assert timed.returncode == EXIT_REFUSED and "batch.turn_timeout_s: 600.0 -> 30.0" in timed.stderr
+
+
+def test_the_turn_timeout_is_in_run_json_and_a_different_one_is_refused_even_without_run_json(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    with MockServer() as server:
+        asyncio.run(run_batch(out, cfg(server), envs="iron-man", max_turns=1, turn_timeout_s=30))
+        meta = json.loads((out / "run.json").read_text())
+        assert meta["batch"]["turn_timeout_s"] == meta["identity"]["batch"]["turn_timeout_s"] == 30.0
+        with pytest.raises(RunError, match=r"\(run\.json\): batch\.turn_timeout_s: 30\.0 -> 31\.0"):
+            asyncio.run(run_batch(out, cfg(server), envs="iron-man", max_turns=1, turn_timeout_s=31))
+        (out / "run.json").unlink()
+        with pytest.raises(RunError, match=r"\(episodes\.jsonl\): batch\.turn_timeout_s: 30\.0 -> null"):
+            asyncio.run(run_batch(out, cfg(server), envs="iron-man", max_turns=1, turn_timeout_s=None))
+        again = asyncio.run(run_batch(out, cfg(server), envs="iron-man", max_turns=1, turn_timeout_s=30))
+    assert again.progress.skipped == 1, "the same limit still resumes"
+
+
+def test_the_python_api_runs_the_preflight_before_anything_is_created(
+        hostile: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    hosted = RunConfig(narrator=RoleConfig(model="openai/gpt-4o-mini"), player_mode="scripted")
+    with pytest.raises(PreflightError, match="the API key variable OPENAI_API_KEY is not set"):
+        asyncio.run(run_batch(tmp_path / "r", hosted, envs="iron-man", max_turns=1))
+    assert not (tmp_path / "r").exists(), "no folder, no ERROR record"
+    server = hostile(refuse_chat)
+    refused = RunConfig(narrator=RoleConfig(model="openai/m", base_url=server.base_url), player_mode="scripted")
+    with pytest.raises(PreflightError, match=r"answered HTTP 401"):
+        asyncio.run(run_batch(tmp_path / "r", refused, envs="iron-man", max_turns=1))
+    assert not (tmp_path / "r").exists() and not [p for _, p in server.requests if p.endswith("/chat/completions")]
+    # probe=False skips the probe only (an endpoint that cannot be probed): the run meets the 401 itself
+    skipped = asyncio.run(run_batch(tmp_path / "r", refused, envs="iron-man", max_turns=1, probe=False, breaker=0))
+    assert [r.outcome.value for r in skipped.records] == ["ERROR"]
+    with pytest.raises(PreflightError, match="OPENAI_API_KEY is not set"):  # the roles are checked all the same
+        asyncio.run(run_batch(tmp_path / "r2", hosted, envs="iron-man", max_turns=1, probe=False))
 
 
 # -- no silent mock ---------------------------------------------------------------------------------

@@ -113,6 +113,45 @@ def test_shards_cover_the_batch_and_merge_into_one_run(tmp_path: Path) -> None:
     assert len(ids) == len(set(ids)) == 8
 
 
+def test_merge_refuses_shards_of_a_different_dataset_naming_the_field(tmp_path: Path) -> None:
+    from ncpbench.cli import main
+
+    spec = tmp_path / "iron-man.yaml"
+    spec.write_text((Path(__file__).resolve().parents[1] / "environments" / "iron-man.yaml").read_text())
+    with MockServer() as server:
+        cfg = mock_config(server, player_mode="scripted")
+        asyncio.run(run_batch(tmp_path / "s0", cfg, envs="iron-man", replicates=2, max_turns=1, shard=(0, 2),
+                              dataset=str(spec)))
+        spec.write_text(spec.read_text().replace("title: Iron Man", "title: Iron Man (edited)"))
+        asyncio.run(run_batch(tmp_path / "s1", cfg, envs="iron-man", replicates=2, max_turns=1, shard=(1, 2),
+                              dataset=str(spec)))
+    with pytest.raises(RunError, match=r"not a shard of the same run as .*: dataset_hash: \w+ -> \w+"):
+        merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "all")
+    assert not (tmp_path / "all").exists(), "nothing is written for a refused merge"
+    assert main(["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "all")]) == 3
+
+
+def test_a_merged_run_has_one_unsharded_identity_and_resumes(tmp_path: Path) -> None:
+    from ncpbench.runner import identity_hash
+
+    envs = "iron-man,zombieland,alien,up"
+    with MockServer() as server:
+        cfg = mock_config(server, player_mode="scripted")
+        asyncio.run(run_batch(tmp_path / "s0", cfg, envs=envs, max_turns=1, shard=(0, 2)))
+        stopped = asyncio.run(run_batch(tmp_path / "s1", cfg, envs=envs, max_turns=1, shard=(1, 2), concurrency=1,
+                                        max_total_tokens=1))  # stopped by its budget: shard 1 still to run
+        assert stopped.progress.stopped_by_budget and stopped.progress.done == 0
+        merged = merge_runs([tmp_path / "s0", tmp_path / "s1"], tmp_path / "all")
+        assert merged["status"] == "partial" and merged["identity"]["batch"]["shard"] is None
+        meta = json.loads((tmp_path / "all" / "run.json").read_text())
+        assert meta["batch"]["shard"] is None and meta["identity_hash"] == identity_hash(meta["identity"])
+        assert all(r["config"]["run_identity"] == meta["identity"] for r in lines(tmp_path / "all" / "episodes.jsonl"))
+        resumed = asyncio.run(run_batch(tmp_path / "all", cfg, envs=envs, max_turns=1))
+    assert resumed.progress.skipped == 2 and len(resumed.records) == 2, "shard 0's episodes count as done"
+    assert sorted(r["episode_id"] for r in lines(tmp_path / "all" / "episodes.jsonl")) == [
+        "alien#0", "iron-man#0", "up#0", "zombieland#0"]
+
+
 def test_token_budget_stops_new_work_and_a_rerun_finishes(tmp_path: Path) -> None:
     with MockServer() as server:
         cfg = mock_config(server, player_mode="scripted")
@@ -190,3 +229,19 @@ def test_a_turn_over_its_wall_clock_limit_is_an_error_record(tmp_path: Path) -> 
                               max_turns=4, narrator=lambda task: Slow(), turn_timeout_s=0.5))
     (rec,) = lines(tmp_path / "r" / "episodes.jsonl")
     assert rec["outcome"] == "ERROR" and "TurnTimeout" in str(rec["error"]) and rec["turns"] == 1
+
+
+def test_the_ray_executor_uses_only_the_runners_public_interface() -> None:
+    """Executors drive the runner through stored_snapshot / on_committed_turn / should_stop / fail_io / settle,
+    the calls the local executor makes; a private attribute read or written from outside would let the two drift."""
+    import ast
+
+    import ncpbench.executors.ray as ray_executor
+    from ncpbench.runner import BatchRunner
+
+    tree = ast.parse(Path(ray_executor.__file__).read_text(encoding="utf-8"))
+    private = sorted({f"{ast.unparse(n.value)}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                      and isinstance(n.value, ast.Name) and n.value.id == "runner" and n.attr.startswith("_")})
+    assert private == []
+    for name in ("stored_snapshot", "on_committed_turn", "should_stop", "fail_io", "settle"):
+        assert callable(getattr(BatchRunner, name)), name

@@ -38,7 +38,8 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _prices(path: str | None) -> dict[str, Price]:
+def load_prices(path: str | None) -> dict[str, Price]:
+    """The `--prices` file (YAML/JSON) as a price table; {} without one; ConfigError naming the flag."""
     if not path:
         return {}
     try:
@@ -79,6 +80,24 @@ def progress_table(p: Progress, budget: Budget) -> Table:
     return t
 
 
+def batch_exit_code(progress: Progress) -> int:
+    """The exit code of a batch that ran (`ncpbench run --envs`, `ncpbench rescore`): the circuit
+    breaker 6, the budget 5, any ERROR record 4, else 0. One function, so the commands cannot drift."""
+    if progress.stopped_by_breaker:
+        return EXIT_BREAKER
+    if progress.stopped_by_budget:
+        return EXIT_BUDGET
+    if progress.errors:
+        return EXIT_ERRORS
+    return EXIT_OK
+
+
+def breaker_message(progress: Progress, breaker: int) -> str:
+    return (f"ncpbench: stopped: {breaker} episodes in a row failed with the same infrastructure error "
+            f"({progress.stopped_by_breaker}): fix the endpoint or its key, then rerun the same command to resume "
+            "(those episodes were not recorded)")
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
     from ncpbench.cli.run import (
         check_common,
@@ -96,7 +115,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     check_batch_options(args)
     shard = _shard(args.shard)
     config = config_from_args(args)
-    budget = Budget(args.max_total_tokens, args.max_cost, _prices(args.prices))
+    budget = Budget(args.max_total_tokens, args.max_cost, load_prices(args.prices))
     if args.max_cost is not None and not budget.prices:
         raise PreflightError("--max-cost needs prices", "pass --prices prices.yaml ({MODEL: [usd_in, usd_out]})")
     select_envs(load(args.dataset), args.envs)
@@ -121,7 +140,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                                max_total_tokens=args.max_total_tokens, max_cost_usd=args.max_cost,
                                prices=budget.prices, on_change=on_change, turn_timeout_s=args.turn_timeout,
                                breaker=args.circuit_breaker, executor=args.executor, ray_address=args.ray_address,
-                               ray_workers=args.ray_workers)
+                               ray_workers=args.ray_workers, probe=False)  # probed above, or --skip-preflight
 
     if live is not None:
         with live:
@@ -131,24 +150,21 @@ def cmd_batch(args: argparse.Namespace) -> int:
     p = result.progress
     if show:
         console.print(progress_table(p, budget))
-    if p.stopped_by_breaker:
-        print(f"ncpbench: stopped: {args.circuit_breaker} episodes in a row failed with the same infrastructure "
-              f"error ({p.stopped_by_breaker}): fix the endpoint or its key, then rerun the same command to resume "
-              "(those episodes were not recorded)", file=sys.stderr)
-        return EXIT_BREAKER
+    code = batch_exit_code(p)
+    if code == EXIT_BREAKER:
+        print(breaker_message(p, args.circuit_breaker), file=sys.stderr)
+        return code
     state = "stopped by the budget" if p.stopped_by_budget else ("complete" if p.done == p.total else "partial")
     print(f"{result.out}: {p.done}/{p.total} episodes ({state}); {len(result.records)} finished now; "
           f"{p.conflicts} conflicts, {p.errors} errors; calls {result.call_stats.get('calls', 0)}, "
           f"retried {result.call_stats.get('retried', 0)}, failed {result.call_stats.get('failed', 0)}")
-    if p.stopped_by_budget:
+    if code == EXIT_BUDGET:
         print("ncpbench: stopped by the budget: rerun without --max-total-tokens / --max-cost to finish",
               file=sys.stderr)
-        return EXIT_BUDGET
-    if p.errors:
+    elif code == EXIT_ERRORS:
         print(f"ncpbench: {p.errors} episode(s) ended as ERROR (infrastructure; not scored): "
               "rerun with --retry-errors to retry them", file=sys.stderr)
-        return EXIT_ERRORS
-    return EXIT_OK
+    return code
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

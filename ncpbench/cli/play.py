@@ -8,7 +8,8 @@
 
 Lines are read from stdin, so piped input works; `/quit` or the end of input ends the session
 cleanly (so does Ctrl-C at the prompt). The session is saved as an ordinary episode record (`--out`, and appended to
-`--run-dir`'s episodes.jsonl), which `report` and `export` read. A session you end before the turn
+`--run-dir`'s episodes.jsonl), which `report` and `export` read. `--run-dir` must be a folder of play
+sessions: a batch run folder is refused (exit 3) before the session starts. A session you end before the turn
 limit is recorded as SURVIVAL with the turns actually played as its limit (`max_turns`), and
 `config.play.ended_by = "quit"`: an observation censored where you stopped, like any SURVIVAL.
 """
@@ -38,7 +39,7 @@ from ncpbench.models.config import RunConfig
 from ncpbench.protocols import Narrator, PlayerRequest
 from ncpbench.record import EpisodeRecord
 from ncpbench.roles import build_roles
-from ncpbench.runner import append_line, atomic_write, repair_jsonl, run_lock
+from ncpbench.runner import RunError, append_line, atomic_write, folder_identity, repair_jsonl, run_lock
 
 HumanRole = Literal["narrator", "player"]
 
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--turns", type=int, default=10, help="turn limit (SURVIVAL when reached; default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="the episode record (JSON); default runs/play-SLUG-as-ROLE-TIME.json")
-    p.add_argument("--run-dir", help="also append the record to RUN_DIR/episodes.jsonl (a run folder)")
+    p.add_argument("--run-dir", help="also append the record to RUN_DIR/episodes.jsonl (a folder of play "
+                   "sessions; a batch run folder is refused)")
     p.add_argument("--dataset", help="spec folder (default: bundled)")
     p.add_argument("--hide-state", action="store_true", help="as narrator: do not print the story state each turn")
     add_model_options(p)
@@ -93,14 +95,40 @@ def _next_replicate(path: Path, env_id: str) -> int:
     return max(used, default=-1) + 1
 
 
+def check_play_folder(run_dir: str | Path) -> None:
+    """Refuse (RunError, exit 3) a folder that is not a play folder: a batch run's episodes are one
+    setup, and a person's episodes there would count as that batch's and be scored as its narrator's."""
+    folder = Path(run_dir)
+    meta: dict[str, Any] = {}
+    run_json = folder / "run.json"
+    fix = "choose another --run-dir (a folder of play sessions, e.g. runs/play-NAME)"
+    if run_json.exists():
+        try:
+            data = json.loads(run_json.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise RunError(f"--run-dir {folder}: run.json is not JSON, so it is not a play folder; {fix}") from None
+        meta = data if isinstance(data, dict) else {}
+        if meta.get("kind") != "play":
+            raise RunError(f"--run-dir {folder} is a batch run folder (run.json), not a play folder: your episode "
+                           f"would be counted and scored as that batch's; {fix}")
+    identity, source = folder_identity(folder, meta)
+    if identity is not None:
+        raise RunError(f"--run-dir {folder} holds batch run records ({source}), not a play folder: your episode "
+                       f"would be counted and scored as that batch's; {fix}")
+
+
 def append_to_run(run_dir: str | Path, record: EpisodeRecord) -> EpisodeRecord:
-    """Append the record to RUN_DIR/episodes.jsonl under a fresh `<env>#<n>` id; run.json is written if missing."""
+    """Append the record to RUN_DIR/episodes.jsonl under a fresh `<env>#<n>` id; run.json is written if missing.
+
+    RUN_DIR must be a play folder (`check_play_folder`): a batch run folder is refused with RunError.
+    """
     from ncpbench import __version__
 
     folder = Path(run_dir)
     episodes = folder / "episodes.jsonl"
     # The runner's own file discipline: the folder lock, a torn last line cut, one fsynced line.
     with run_lock(folder):
+        check_play_folder(folder)  # again under the lock: a batch may have started there meanwhile
         repair_jsonl(episodes)
         replicate = _next_replicate(episodes, record.env_id)
         record = record.model_copy(update={"episode_id": f"{record.env_id}#{replicate}", "replicate": replicate})
@@ -164,6 +192,8 @@ async def run_play(slug: str, config: RunConfig, human: HumanRole, *, turns: int
 
 def cmd_play(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if args.run_dir:  # before the session: a refusal must not cost the person their episode
+        check_play_folder(args.run_dir)
     console = Console(highlight=False, soft_wrap=True)
     human: HumanRole = args.human
     others = ("player model " + (config.player.model if config.player_mode != "scripted" else "scripted")
@@ -190,10 +220,18 @@ def cmd_play(args: argparse.Namespace) -> int:
         if record.turns == 0 and ended == "quit":
             console.print(f"nothing played: not added to {escape(args.run_dir)}")
         else:
-            record = append_to_run(args.run_dir, record)
+            try:
+                record = append_to_run(args.run_dir, record)
+            except RunError:  # refused after the session after all: keep the record in --out first
+                _write_record(out, record, console)
+                raise
             console.print(f"appended to {escape(str(Path(args.run_dir) / 'episodes.jsonl'))} as {record.episode_id}")
+    _write_record(out, record, console)
+    return 0
+
+
+def _write_record(out: Path, record: EpisodeRecord, console: Console) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record.model_dump(mode="json"), indent=2, ensure_ascii=False))
     console.print(f"record written to {escape(str(out))}")
-    return 0
 

@@ -33,10 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ncpbench.cli.batch import _prices
+    from ncpbench.cli.batch import load_prices
     from ncpbench.reports import RunFormatError, build_report
 
-    prices = _prices(args.prices)
+    prices = load_prices(args.prices)
     try:
         index = build_report(args.runs, args.out, at=args.at, resamples=args.resamples, seed=args.seed,
                              title=args.title, prices=prices)

@@ -23,22 +23,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", help="run config file; only its auditor section is used")
     p.add_argument("--mock", action="store_true", help="a dry run: without --auditor, use mock/default")
     p.add_argument("--concurrency", type=int, default=8, help="episodes at once (default 8)")
+    p.add_argument("--skip-preflight", action="store_true",
+                   help="do not probe the auditor's endpoint first (its key is checked all the same)")
     p.add_argument("--out", required=True, help="the new run folder")
     p.set_defaults(func=cmd_rescore)
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
+    from ncpbench.cli.batch import batch_exit_code, breaker_message
+    from ncpbench.preflight import EXIT_BREAKER, EXIT_REFUSED, check_number, check_out
     from ncpbench.rescore import rescore
-    from ncpbench.runner import RunError
+    from ncpbench.runner import BREAKER_DEFAULT, RunError
 
+    # Preflight as `ncpbench run` does: options, the auditor, --out here; its key and endpoint in
+    # run_batch, before the folder exists (a missing key is exit 2 with nothing written).
+    check_number("--concurrency", args.concurrency, ge=1, fix="give --concurrency at least 1 (0 would wait forever)")
     role = auditor_role(args)
+    check_out(args.out, "folder")
     try:
-        result = rescore(args.run, role, args.out, concurrency=max(1, args.concurrency))
+        result = rescore(args.run, role, args.out, concurrency=args.concurrency, probe=not args.skip_preflight)
     except RunError as e:
         print(f"ncpbench: {e}: check RUN and --out", file=sys.stderr)
-        return 3
+        return EXIT_REFUSED
     p = result.progress
+    code = batch_exit_code(p)
+    if code == EXIT_BREAKER:
+        print(breaker_message(p, BREAKER_DEFAULT), file=sys.stderr)
+        return code
     print(f"re-audited {p.done} episode(s) of {args.run} with {role.model} into {args.out} "
           f"({p.conflicts} CONFLICT, {p.errors} ERROR)")
     print(f"compare: ncpbench report {args.run} {args.out} --out REPORT")
-    return 4 if p.errors else 0
+    return code

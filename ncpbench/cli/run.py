@@ -223,7 +223,7 @@ async def run_one(slug: str, config: RunConfig, *, turns: int, seed: int, datase
         from ncpbench.dataset import Dataset
         from ncpbench.runner import BatchSettings, batch_identity
 
-        settings = BatchSettings(envs=[slug], max_turns=turns, seed=seed, dataset=dataset)
+        settings = BatchSettings(envs=[slug], max_turns=turns, seed=seed, dataset=dataset, turn_timeout_s=turn_timeout_s)
         identity = batch_identity(config, settings, Dataset(root=Path("."), specs={slug: spec}).digest())
         record = await play_episode(env, narrator, seed=seed, config={**config.public(), "run_identity": identity},
                                     on_step=on_step, turn_timeout_s=turn_timeout_s)

@@ -7,9 +7,10 @@
   the least loaded worker and keeps at most `--concurrency` episodes in flight in all;
 - the driver stays the only writer of the run folder: a worker streams back, for every committed
   turn, the calls.jsonl lines of that turn, its usage and the env snapshot, and at the end the
-  record; the driver writes calls.jsonl, the checkpoint, and episodes.jsonl with the runner's own
-  code (`BatchRunner._write_snapshot`, `_count_usage`, `_settle`), so resume, --retry-errors,
-  budgets, progress, the breaker and reports work as with the local executor;
+  record; the driver writes calls.jsonl, the checkpoint, and episodes.jsonl through the runner's
+  executor interface (`BatchRunner.stored_snapshot`, `on_committed_turn`, `should_stop`, `fail_io`,
+  `settle`), the same calls the local executor makes, so resume, --retry-errors, budgets, progress,
+  the breaker and reports work as with the local executor;
 - a worker that dies loses only its in-flight turns (their calls are buffered on the worker and
   are logged with the turn that commits them): a new worker replaces it and its episodes continue
   from their last checkpoint; an episode that kills MAX_WORKER_DEATHS workers stops the run with
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -240,20 +240,8 @@ class _Pool:
                 a.stop.remote()
 
 
-def _checkpoint_snapshot(runner: BatchRunner, task: EpisodeTask) -> dict[str, Any] | None:
-    path = runner._checkpoint_path(task)
-    if not path.exists():
-        return None
-    try:
-        snapshot = json.loads(path.read_text(encoding="utf-8"))["snapshot"]
-        return snapshot if isinstance(snapshot, dict) else None
-    except Exception as e:  # the worker checks the shape on its env; this is JSON only
-        log.warning("bad_checkpoint_ignored", file=str(path), error=describe_failure(e)[:200])
-        return None
-
-
 async def _episode(runner: BatchRunner, pool: _Pool, task: EpisodeTask, client: ModelClient, sink: TextIO) -> None:
-    from ncpbench.runner import IO_ERRNOS, RunError, io_failure
+    from ncpbench.runner import RunError
 
     ray = pool.ray
     died = (ray.exceptions.RayActorError, getattr(ray.exceptions, "ActorUnavailableError", ray.exceptions.RayActorError))
@@ -269,7 +257,8 @@ async def _episode(runner: BatchRunner, pool: _Pool, task: EpisodeTask, client: 
             actor = pool.actors[i]
             pool.load[i] += 1
             try:
-                stream = actor.play.remote(task, runner.dataset[task.env_id], _checkpoint_snapshot(runner, task))
+                # the worker checks the snapshot's shape on its env (runner.stored_snapshot reads the JSON)
+                stream = actor.play.remote(task, runner.dataset[task.env_id], runner.stored_snapshot(task))
                 async for ref in stream:
                     event = await ref
                     for line in event.get("calls", ()):
@@ -277,16 +266,10 @@ async def _episode(runner: BatchRunner, pool: _Pool, task: EpisodeTask, client: 
                             client.call_sink(CallEntry.model_validate(line))
                     if event["kind"] == "broken":
                         raise RunError(event["error"])
-                    if event["kind"] == "turn":
-                        runner._count_usage({r: Usage.model_validate(u) for r, u in event["usage"].items()})
-                        if event["snapshot"] is not None and runner._io_error is None:
-                            try:
-                                runner._write_snapshot(task, event["snapshot"])
-                            except OSError as err:  # stop between turns, as the local executor
-                                if err.errno not in IO_ERRNOS:
-                                    raise
-                                runner._io_error = io_failure(runner._checkpoint_path(task), err)
-                        if runner._should_stop():
+                    if event["kind"] == "turn":  # counted and checkpointed exactly as a local turn
+                        runner.on_committed_turn(task, {r: Usage.model_validate(u) for r, u in event["usage"].items()},
+                                                 event["snapshot"])
+                        if runner.should_stop():
                             pool.stop_all()
                     elif event["kind"] == "end":
                         record = EpisodeRecord.model_validate(event["record"]) if event["record"] else None
@@ -298,7 +281,7 @@ async def _episode(runner: BatchRunner, pool: _Pool, task: EpisodeTask, client: 
                 pool.load[i] -= 1
     finally:
         runner.progress.alive -= 1
-    runner._settle(task, record, sink)
+    runner.settle(task, record, sink)
 
 
 def _add_stats(total: CallStats, part: CallStats) -> None:
@@ -316,8 +299,6 @@ def _add_stats(total: CallStats, part: CallStats) -> None:
 
 async def run_on_ray(runner: BatchRunner, pending: Iterable[EpisodeTask], client: ModelClient, sink: TextIO) -> None:
     """The runner's `_run_all` on Ray workers: same lanes, same stop rules, same commits."""
-    from ncpbench.runner import IO_ERRNOS, io_failure
-
     ray = import_ray()
     started_here = ensure_ray(runner.ray_address)
     wanted = runner.ray_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -327,16 +308,12 @@ async def run_on_ray(runner: BatchRunner, pending: Iterable[EpisodeTask], client
 
     async def lane() -> None:
         for task in tasks:
-            if runner._should_stop():
-                if runner._over_budget():
-                    runner.progress.stopped_by_budget = True
+            if runner.should_stop():
                 return
             try:
                 await _episode(runner, pool, task, client, sink)
             except OSError as e:
-                if e.errno not in IO_ERRNOS:
-                    raise
-                runner._io_error = runner._io_error or io_failure(runner.out, e)
+                runner.fail_io(runner.out, e)
                 return
 
     n = min(runner.concurrency, max(runner.progress.total - runner.progress.done, 0)) or 1
