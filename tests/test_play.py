@@ -185,3 +185,16 @@ def test_a_batch_rerun_never_counts_a_play_record_as_its_own(tmp_path: Path, moc
     assert again.progress.skipped == 1 and [x.episode_id for x in again.records] == ["iron-man#1"]
     final = read_records(episodes)["iron-man#1"]
     assert final["config"]["narrator"]["model"] == "mock/default", "the batch's own episode, not the person's"
+
+
+def test_play_without_an_auditor_is_refused_before_the_session_unless_mock_is_said(tmp_path: Path,
+                                                                                   mock: MockServer) -> None:
+    out = play("iron-man", "--as", "narrator", "--turns", "1", "--player-mode", "scripted",
+               "--out", str(tmp_path / "rec.json"), stdin="An opening.\n", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    err = [x for x in out.stderr.splitlines() if x.startswith("ncpbench: ")]
+    assert len(err) == 1 and "auditor" in err[0] and "Traceback" not in out.stderr
+    assert "Narrator (turn 0)" not in out.stdout and not (tmp_path / "rec.json").exists()
+    dry = play("iron-man", "--as", "narrator", "--turns", "1", "--player-mode", "scripted", "--mock",
+               "--out", str(tmp_path / "rec.json"), stdin="An opening.\nA reply.\n", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr

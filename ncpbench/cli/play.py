@@ -191,7 +191,8 @@ async def run_play(slug: str, config: RunConfig, human: HumanRole, *, turns: int
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
+    # The judge must be named (or --mock said): a session silently audited by the mock is not a result.
+    config = config_from_args(args, require=("auditor",))
     if args.run_dir:  # before the session: a refusal must not cost the person their episode
         check_play_folder(args.run_dir)
     console = Console(highlight=False, soft_wrap=True)
