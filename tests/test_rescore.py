@@ -164,3 +164,19 @@ def test_run_json_says_rescore_of_before_the_first_episode_starts(runs: tuple[Pa
         rescore(runs[0], RoleConfig(model="mock/judge-c", base_url=server.base_url), tmp_path / "c",
                 on_change=on_change)
     assert seen == [str(runs[0].resolve())], "an interrupted rescore still says what it re-audits"
+
+
+def test_cli_rescore_samples_the_new_auditor_as_run_does_for_the_original_protocol(
+        runs: tuple[Path, Path], tmp_path: Path) -> None:
+    from ncpbench.cli import main
+    from ncpbench.models.config import PROFILES
+
+    with MockServer(MockConfig()) as server:
+        talk = RoleConfig(model="mock/talk", base_url=server.base_url)
+        grounded = RunConfig(narrator=talk, player=talk, auditor=talk, player_mode="scripted", protocol="grounded")
+        asyncio.run(run_batch(tmp_path / "g", grounded, envs="iron-man", max_turns=2))
+        for original, out, profile in ((tmp_path / "g", "rg", "default"), (runs[0], "rp", "paper")):
+            assert main(["rescore", str(original), "--auditor", "mock/new", "--auditor-base-url", server.base_url,
+                         "--out", str(tmp_path / out)]) in (0, 4)
+            auditor = json.loads((tmp_path / out / "run.json").read_text())["config"]["auditor"]
+            assert auditor["temperature"] == PROFILES[profile]["auditor"]["temperature"], original

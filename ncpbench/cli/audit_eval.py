@@ -82,15 +82,15 @@ def select_dataset(envs: str, dataset: str | None) -> Dataset:
     return Dataset(root=ds.root, specs={k: ds[k] for k in keys})
 
 
-def resolve_auditor(args: argparse.Namespace) -> tuple[RoleConfig, str]:
+def resolve_auditor(args: argparse.Namespace, protocol: str = PUBLISHED.name) -> tuple[RoleConfig, str]:
     """The auditor under test and the sampling profile it was given. Without --profile the profile is
-    resolved exactly as `ncpbench run` resolves it for the protocol audit-eval plays (published ->
-    paper), so the suite measures the auditor as the runs it validates sample it."""
+    resolved exactly as `ncpbench run` resolves it for `protocol` (audit-eval plays published ->
+    paper; a rescore passes the original run's), so the auditor samples as the runs it is set beside."""
     values: dict[str, Any] = {"model": args.auditor}
     for flag in AUDITOR_FLAGS:
         values[_FIELD.get(flag, flag)] = getattr(args, f"auditor_{flag.replace('-', '_')}")
     config = resolve_run_config({"auditor": values}, config_file=args.config, profile=args.profile,
-                                extra={"protocol": PUBLISHED.name}, require=("auditor",),
+                                extra={"protocol": protocol}, require=("auditor",),
                                 mock_default=bool(getattr(args, "mock", False)))
     role = config.auditor
     if role.provider == "local" and args.auditor_timeout is None:
@@ -100,8 +100,8 @@ def resolve_auditor(args: argparse.Namespace) -> tuple[RoleConfig, str]:
     return role, config.profile
 
 
-def auditor_role(args: argparse.Namespace) -> RoleConfig:
-    return resolve_auditor(args)[0]
+def auditor_role(args: argparse.Namespace, protocol: str = PUBLISHED.name) -> RoleConfig:
+    return resolve_auditor(args, protocol)[0]
 
 
 RECORDED_FIELDS = ("temperature", "top_p", "max_tokens", "seed", "timeout_s", "max_retries")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from ncpbench.cli.audit_eval import AUDITOR_FLAGS, auditor_role
-from ncpbench.models.config import PROFILES
+from ncpbench.models.config import PROFILES, PROTOCOLS
+from ncpbench.protocol import PUBLISHED
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,7 +22,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for flag, typ in AUDITOR_FLAGS.items():
         p.add_argument(f"--auditor-{flag}", type=typ,
                        help="auditor endpoint, e.g. http://localhost:8000/v1" if flag == "base-url" else argparse.SUPPRESS)
-    p.add_argument("--profile", default="paper", choices=sorted(PROFILES), help="sampling defaults (default paper)")
+    p.add_argument("--profile", default=None, choices=sorted(PROFILES),
+                   help="sampling defaults (default: what `ncpbench run` uses for the original run's protocol, "
+                        "paper under published)")
     p.add_argument("--config", help="run config file; only its auditor section is used")
     p.add_argument("--mock", action="store_true", help="a dry run: without --auditor, use mock/default")
     p.add_argument("--concurrency", type=int, default=8, help="episodes at once (default 8)")
@@ -27,6 +32,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="do not probe the auditor's endpoint first (its key is checked all the same)")
     p.add_argument("--out", required=True, help="the new run folder")
     p.set_defaults(func=cmd_rescore)
+
+
+def _original_protocol(run: str) -> str:
+    """The protocol the original run was played under (published when run.json cannot say; a run
+    folder that is not one is refused by the rescore itself, with its own message)."""
+    try:
+        config = json.loads((Path(run) / "run.json").read_text(encoding="utf-8")).get("config") or {}
+    except (OSError, ValueError, AttributeError):
+        return PUBLISHED.name
+    protocol = config.get("protocol") if isinstance(config, dict) else None
+    return protocol if isinstance(protocol, str) and protocol in PROTOCOLS else PUBLISHED.name
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
@@ -38,7 +54,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     # Preflight as `ncpbench run` does: options, the auditor, --out here; its key and endpoint in
     # run_batch, before the folder exists (a missing key is exit 2 with nothing written).
     check_number("--concurrency", args.concurrency, ge=1, fix="give --concurrency at least 1 (0 would wait forever)")
-    role = auditor_role(args)
+    role = auditor_role(args, _original_protocol(args.run))
     check_out(args.out, "folder")
     try:
         result = rescore(args.run, role, args.out, concurrency=args.concurrency, probe=not args.skip_preflight)
