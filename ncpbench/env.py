@@ -40,6 +40,7 @@ from ncpbench.protocol import (
     AuditProtocol,
     TurnOutcome,
     apply_opening,
+    apply_quit,
     apply_turn,
     audit_frontier,
     get_protocol,
@@ -327,7 +328,7 @@ class NarrativeEnv(gym.Env[dict[str, Any], str]):
         of the turns committed so far. The pending action is dropped."""
         if not self._state.done:
             self._pending_action = None
-            self._state = self._state.finish(Outcome.SURVIVAL)
+            self._state = apply_quit(self._state)
 
     def _conflicting(self) -> TurnRecord | None:
         last = self._history[-1] if self._history else None

@@ -260,6 +260,12 @@ def apply_opening(state: EpisodeState, reply: str, verdict: Verdict) -> EpisodeS
     return state.with_opening(reply, verdict.fact_diff)
 
 
+def apply_quit(state: EpisodeState) -> EpisodeState:
+    """A session the person ended (`ncpbench play`'s /quit): SURVIVAL of the turns committed so far;
+    an episode already over stays as it ended."""
+    return state if state.done else state.finish(Outcome.SURVIVAL)
+
+
 def _violations(state: EpisodeState, verdict: Verdict, turn: int) -> CommitmentBook:
     known = {c.id for c in state.commitments.items}
     updates = [CommitmentUpdate(id=c.target, status=Status.VIOLATED, evidence=[c.evidence])

@@ -14,7 +14,15 @@ from ncpbench import NarrativeEnv, Outcome
 from ncpbench.commitments import CommitmentUpdate, Status
 from ncpbench.errors import AuditError
 from ncpbench.ledger import FactDiff
-from ncpbench.protocol import GROUNDED, PUBLISHED, apply_opening, apply_turn, audit_frontier, get_protocol
+from ncpbench.protocol import (
+    GROUNDED,
+    PUBLISHED,
+    apply_opening,
+    apply_quit,
+    apply_turn,
+    audit_frontier,
+    get_protocol,
+)
 from ncpbench.spec import Spec
 from ncpbench.state import EpisodeState
 from ncpbench.trajectory import TrajectoryGraph
@@ -234,3 +242,11 @@ def test_empty_narration_is_refused_and_changes_nothing(tiny: Spec) -> None:
     with pytest.raises(ValueError, match="narration is empty"):
         env.step("   ")
     assert env.snapshot() == before and auditor.calls == calls
+
+
+def test_a_session_the_person_quits_survives_with_its_committed_turns_and_an_ended_one_stays(tiny: Spec) -> None:
+    state = opened(tiny)
+    quit_now = apply_quit(state)
+    assert quit_now.outcome is Outcome.SURVIVAL and quit_now.done and quit_now.turn == state.turn
+    conflicted = state.finish(Outcome.CONFLICT)
+    assert apply_quit(conflicted) is conflicted, "quitting never rewrites how an episode ended"
