@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))  # finds _common under `python -m benchmarks.X` too
 from _common import table_head, table_row, timed
 
-from ncpbench.models.mock_server import MockConfig, MockServer
+from ncpbench.models.mock_server import MockConfig, MockServer, common_prefix
 
 FILMS = ["the-prestige", "the-hangover", "taxi-driver", "predator", "iron-man"]
 """Films with 18-19 plot nodes: at one node every 3 turns none reaches SUCCESS before turn 50."""
@@ -50,18 +50,6 @@ _NARRATOR_TURN = re.compile(r"^Now: turn (\d+)\.", re.M)
 _PLAYER_LOG_TURN = re.compile(r"^\[turn (\d+)\] Narrator: ", re.M)
 _AUDIT_TITLE = re.compile(r"\AStory: (.+?)\. The player's character is ")
 _AGENT_TITLE = re.compile(r"interactive story based on (.+?)\. (?:The player controls|You test|Act as)")
-
-
-def common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix of a and b (binary search on slices: C-speed compares)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 @dataclass

@@ -73,6 +73,21 @@ async def guarded(env: NarrativeEnv, work: Callable[[], Awaitable[T]], turn_time
     return None
 
 
+def restorable(env: NarrativeEnv, seed: int, snapshot: dict[str, Any] | None, **where: Any) -> dict[str, Any] | None:
+    """The snapshot if it restores on `env` (which it leaves restored), else None: a checkpoint of the
+    wrong shape restarts the episode (warning `bad_checkpoint_ignored`, labelled with `where`) instead
+    of becoming a permanent ERROR record."""
+    if snapshot is None:
+        return None
+    try:
+        env.reset(seed=seed)
+        env.restore(snapshot)
+        return snapshot
+    except Exception as e:  # any shape problem at all: keys, types, another env's state
+        log.warning("bad_checkpoint_ignored", **where, error=describe_failure(e)[:200])
+        return None
+
+
 async def play_episode(
     env: NarrativeEnv,
     narrator: Narrator,

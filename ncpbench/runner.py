@@ -43,7 +43,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ncpbench.dataset import Dataset, load
 from ncpbench.env import NarrativeEnv
-from ncpbench.episode import DEFAULT_TURN_TIMEOUT_S, EpisodeInterrupted, describe_failure, play_episode
+from ncpbench.episode import (
+    DEFAULT_TURN_TIMEOUT_S,
+    EpisodeInterrupted,
+    describe_failure,
+    play_episode,
+    restorable,
+)
 from ncpbench.jsonl import episode_line, fsync_dir, iter_jsonl, jsonl_line
 from ncpbench.jsonl import repair_jsonl as _repair_jsonl
 from ncpbench.logs import get_logger
@@ -648,19 +654,7 @@ class BatchRunner:
 
     def _read_checkpoint(self, task: EpisodeTask, env: NarrativeEnv) -> dict[str, Any] | None:
         """The snapshot to resume from, or None; a checkpoint of the wrong shape is ignored with a warning."""
-        snapshot = self.stored_snapshot(task)
-        if snapshot is None:
-            return None
-        try:
-            # Try it on the env before play: a bad snapshot restarts the episode instead of
-            # becoming a permanent ERROR record.
-            env.reset(seed=task.seed)
-            env.restore(snapshot)
-            return snapshot
-        except Exception as e:  # any shape problem at all: keys, types, another env's state
-            log.warning("bad_checkpoint_ignored", file=str(self._checkpoint_path(task)),
-                        error=describe_failure(e)[:200])
-            return None
+        return restorable(env, task.seed, self.stored_snapshot(task), file=str(self._checkpoint_path(task)))
 
     # the executor interface: what the local executor and ncpbench.executors.ray call
 

@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode
+from ncpbench.episode import EpisodeInterrupted, describe_failure, play_episode, restorable
 from ncpbench.logs import get_logger
 from ncpbench.models.calllog import CallEntry, call_context
 from ncpbench.models.client import CallStats, ModelClient
@@ -148,7 +148,7 @@ class EpisodeWorker:
         except Exception as e:  # the local executor stops the run here too (RunError)
             yield {"kind": "broken", "error": describe_failure(e)}
             return
-        resume = _usable(env, task, resume)
+        resume = restorable(env, task.seed, resume, episode=task.episode_id)
         buffer: list[dict[str, Any]] = []
         self._calls[task.episode_id] = buffer
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -189,19 +189,6 @@ class EpisodeWorker:
         finally:
             runner.cancel()
             self._calls.pop(task.episode_id, None)
-
-
-def _usable(env: Any, task: EpisodeTask, snapshot: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The snapshot, if it restores on this env; a bad one restarts the episode (as the local executor)."""
-    if snapshot is None:
-        return None
-    try:
-        env.reset(seed=task.seed)
-        env.restore(snapshot)
-        return snapshot
-    except Exception as e:
-        log.warning("bad_checkpoint_ignored", episode=task.episode_id, error=describe_failure(e)[:200])
-        return None
 
 
 # -- the driver ---------------------------------------------------------------------------------

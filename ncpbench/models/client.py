@@ -238,7 +238,7 @@ class ModelClient:
         self.reasks = reasks
         self.call_sink = call_sink
         self.stats = CallStats()
-        self._transports: dict[tuple[str, str, str, int], tuple[str, Transport]] = {}
+        self._transports: dict[tuple[str, str, str, int], Transport] = {}
         self._kinds: dict[tuple[str, str], str] = {}
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
         self._endpoints: dict[str, str] = {}
@@ -280,8 +280,8 @@ class ModelClient:
             return "not-needed"  # self-hosted endpoints (vLLM, Ollama, llama.cpp) rarely check keys
         raise ModelCallError(f"{role.model}: set {var} (or --*-api-key-env) to reach the hosted endpoint")
 
-    def _transport(self, role: RoleConfig) -> tuple[str, Transport]:
-        """(transport name, transport) for the role's endpoint, made once per endpoint and event loop."""
+    def _transport(self, role: RoleConfig) -> Transport:
+        """The transport for the role's endpoint, made once per endpoint, kind and event loop."""
         url = self.endpoint(role)
         # Connection pools belong to an event loop: one transport per loop, so a ModelClient can be
         # shared by envs stepped from different loops (vector envs, threads, forked workers).
@@ -302,19 +302,15 @@ class ModelClient:
                 http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=role.concurrency + 8))
                 made = SDKTransport(sdk_client(url, api_key=key, max_retries=0, timeout=role.timeout_s,
                                                http_client=http))
-            self._transports[ident] = (kind, made)
+            self._transports[ident] = made
             self._limits.setdefault((url, loop), asyncio.Semaphore(role.concurrency))
         return self._transports[ident]
-
-    def transports(self) -> dict[str, str]:
-        """Which transport carries each endpoint (redacted URL -> `sdk` / `direct`), for run.json."""
-        return {redact_url(url) or url: kind for (url, _, kind, _) in self._transports}
 
     async def aclose(self) -> None:
         """Close the transports of the running loop (others' pools die with their loops)."""
         loop = id(asyncio.get_running_loop())
         for ident in [k for k in self._transports if k[3] == loop]:
-            await self._transports.pop(ident)[1].aclose()
+            await self._transports.pop(ident).aclose()
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -359,7 +355,7 @@ class ModelClient:
                 self._emit(role, call_id, digest, _now(), attempt=0, outcome="cache_hit", latency_s=0.0,
                            usage=usage, response=hit["text"])
                 return Completion(redact(hit["text"]), usage, cached=True)
-        _, transport = self._transport(role)
+        transport = self._transport(role)
         # One serialisation per call, reused by every attempt; response_format goes in as is.
         # pydantic_core's encoder: UTF-8 JSON like json.dumps(ensure_ascii=False), ~7x faster on
         # these 50-100 kB bodies (the largest single CPU cost of a call before it).

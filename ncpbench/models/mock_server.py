@@ -106,7 +106,7 @@ PLAYER_LINES = [
 ]
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the prefix two strings share (bisection over slice comparisons: C speed)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:
@@ -348,7 +348,7 @@ class _Server(ThreadingHTTPServer):
             self.prompts[key] = prompt
             if len(self.prompts) > self.MAX_PROMPTS:
                 self.prompts.pop(next(iter(self.prompts)))
-        return _common_prefix(previous, prompt)
+        return common_prefix(previous, prompt)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (its timeout during a `timeout` fault) leaves a closed socket: the

@@ -81,20 +81,23 @@ class SDKTransport:
     """The openai SDK's own HTTP stack, on its raw path (no request transform, no response model)."""
 
     def __init__(self, client: Any) -> None:
-        self.client = client  # openai.AsyncOpenAI; imported lazily so `import ncpbench` stays light
-
-    async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> HTTPReply:
+        # openai and httpx2 are imported here, not at module level, so `import ncpbench` stays light.
         import httpx2
         import openai
 
+        self.client = client  # an openai.AsyncOpenAI
+        self._raw = httpx2.Response
+        self._errors = openai
+
+    async def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> HTTPReply:
+        errors = self._errors
         try:
-            raw = await self.client.post(path, content=body, cast_to=httpx2.Response,
-                                         options={"headers": dict(headers)})
-        except openai.APIStatusError as e:
+            raw = await self.client.post(path, content=body, cast_to=self._raw, options={"headers": dict(headers)})
+        except errors.APIStatusError as e:
             return _reply_of(e.response)
-        except openai.APITimeoutError:
+        except errors.APITimeoutError:
             raise TransportTimeout("timed out") from None
-        except openai.APIConnectionError as e:
+        except errors.APIConnectionError as e:
             raise TransportError(type(e.__cause__).__name__ if e.__cause__ else type(e).__name__) from None
         return _reply_of(raw)
 
